@@ -1,0 +1,1 @@
+"""Subcommands of the ggufspec CLI, one module each."""
