@@ -1,0 +1,231 @@
+"""Who proposes tokens, and how many: a draft model or prompt lookup; fixed or adaptive length.
+
+A drafter sees the whole token history (prompt + emitted, the last token not yet in any KV
+cache) and returns up to `max_len` proposed tokens with, when they were sampled, the draft
+distributions q they were drawn from (None = deterministic, q one-hot).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from ggufspec.errors import UserError
+from ggufspec.sampling import SamplingSettings, probabilities, sample
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    tokens: tuple[int, ...]
+    q_rows: tuple[np.ndarray | None, ...]  # one per token; None = deterministic (one-hot)
+    decode_s: float = 0.0  # time spent in the draft model's decode calls
+
+
+class Drafter(Protocol):
+    name: str
+
+    def prefill(self, prompt: Sequence[int]) -> float:
+        """Prepare for a new sequence; returns seconds spent decoding."""
+        ...
+
+    def propose(
+        self, history: Sequence[int], *, max_len: int, sampling: SamplingSettings, rng: np.random.Generator
+    ) -> Draft: ...
+
+    def reset(self) -> None: ...
+
+
+# ---- draft length --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class DraftLengthSettings:
+    """--draft-max, --draft-min, --draft-p-min and --fixed."""
+
+    draft_max: int = 8
+    draft_min: int = 0
+    p_min: float = 0.0  # confidence stop: stop drafting when the draft's top p falls below
+    adaptive: bool = True
+
+    def __post_init__(self) -> None:
+        if self.draft_max < 1:
+            raise UserError(f"draft-max must be >= 1, got {self.draft_max}")
+        if not 0 <= self.draft_min <= self.draft_max:
+            raise UserError(f"draft-min must be in [0, draft-max={self.draft_max}], got {self.draft_min}")
+        if not 0.0 <= self.p_min < 1.0:
+            raise UserError(f"draft-p-min must be in [0, 1), got {self.p_min}")
+
+
+@dataclass
+class DraftLength:
+    """How many tokens to draft next round.
+
+    Fixed: always draft_max. Adaptive (Hugging Face's "heuristic" schedule): +2 after a round
+    where every drafted token was accepted, -1 after a rejection, within [max(1, draft_min), draft_max].
+    """
+
+    settings: DraftLengthSettings
+    current: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.current = self.settings.draft_max if not self.settings.adaptive else min(4, self.settings.draft_max)
+
+    def update(self, *, drafted: int, accepted: int) -> None:
+        if not self.settings.adaptive or drafted == 0:
+            return
+        lo = max(1, self.settings.draft_min)
+        if accepted == drafted:
+            self.current = min(self.settings.draft_max, self.current + 2)
+        else:
+            self.current = max(lo, self.current - 1)
+
+
+# ---- a draft model -------------------------------------------------------------------------
+
+
+class ModelDrafter:
+    """A small model that drafts autoregressively, keeping its KV cache in step with the history.
+
+    Its KV cache holds `self._kv` (a prefix of some history); each round it rolls back to the
+    longest prefix shared with the new history, decodes what is missing, then drafts.
+    Greedy targets get argmax drafts; sampled targets get drafts sampled from q (kept for
+    rejection sampling) unless `greedy_draft` is set (q then one-hot).
+    """
+
+    name = "model"
+
+    def __init__(self, context, *, p_min: float = 0.0, greedy_draft: bool = False) -> None:
+        self.ctx = context  # backend.Context of the draft model
+        self.p_min = p_min
+        self.greedy_draft = greedy_draft
+        self._kv: list[int] = []
+
+    def reset(self) -> None:
+        self.ctx.clear()
+        self._kv = []
+
+    def prefill(self, prompt: Sequence[int]) -> float:
+        # Everything but the last prompt token: that one is decoded with the first draft step.
+        self.reset()
+        t = time.perf_counter()
+        self.ctx.decode(list(prompt[:-1]), logits="none")
+        self._kv = list(prompt[:-1])
+        return time.perf_counter() - t
+
+    def _sync(self, history: Sequence[int]) -> list[int]:
+        """Roll the KV cache back to the shared prefix; return the history tokens still to decode."""
+        kv = self._kv
+        n = min(len(kv), len(history))
+        m = 0
+        while m < n and kv[m] == history[m]:
+            m += 1
+        if m < len(kv):
+            self.ctx.truncate(m)
+            del kv[m:]
+        return list(history[m:])
+
+    def propose(
+        self, history: Sequence[int], *, max_len: int, sampling: SamplingSettings, rng: np.random.Generator
+    ) -> Draft:
+        if max_len <= 0:
+            return Draft((), ())
+        # Never draft past the context: the drafted tokens (all but the last) enter the KV cache.
+        max_len = min(max_len, self.ctx.n_ctx - len(history))
+        pending = self._sync(history)
+        if not pending:  # history fully in the cache: re-decode its last token to get logits
+            self.ctx.truncate(len(history) - 1)
+            del self._kv[len(history) - 1 :]
+            pending = [history[-1]]
+        tokens: list[int] = []
+        q_rows: list[np.ndarray | None] = []
+        decode_s = 0.0
+        sampled = not sampling.greedy and not self.greedy_draft
+        while True:
+            t = time.perf_counter()
+            self.ctx.decode(pending, logits="last")
+            decode_s += time.perf_counter() - t
+            self._kv.extend(pending)
+            if len(tokens) == max_len:
+                break
+            logits = self.ctx.logits(-1)
+            if sampled:
+                q = probabilities(logits, sampling)
+                tok = sample(q, rng)
+                if self.p_min > 0.0 and q.max() < self.p_min:
+                    break
+                q_rows.append(q)
+            else:
+                tok = int(np.argmax(logits))
+                if self.p_min > 0.0:
+                    # top probability of the draft at temperature 1 (softmax of the max logit)
+                    top = 1.0 / float(np.exp(logits - logits[tok]).sum())
+                    if top < self.p_min:
+                        break
+                q_rows.append(None)
+            tokens.append(tok)
+            if len(tokens) == max_len:
+                break  # the last drafted token is never decoded by the draft
+            pending = [tok]
+        return Draft(tuple(tokens), tuple(q_rows), decode_s)
+
+
+# ---- prompt lookup -------------------------------------------------------------------------
+
+
+class LookupDrafter:
+    """Prompt lookup (n-gram) drafting: no second model.
+
+    Find the most recent earlier occurrence of the history's last n tokens (n from ngram_max
+    down to ngram_min) and propose the tokens that followed it. Deterministic: q is one-hot.
+    """
+
+    name = "lookup"
+
+    def __init__(self, *, ngram_max: int = 3, ngram_min: int = 1) -> None:
+        if not 1 <= ngram_min <= ngram_max:
+            raise UserError(f"lookup n-gram sizes must satisfy 1 <= min <= max, got {ngram_min}..{ngram_max}")
+        self.ngram_max = ngram_max
+        self.ngram_min = ngram_min
+        self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest occurrence
+        self._indexed = 0  # history[:self._indexed] has its n-grams in the index
+        self._history: list[int] = []
+
+    def reset(self) -> None:
+        self._index.clear()
+        self._indexed = 0
+        self._history = []
+
+    def prefill(self, prompt: Sequence[int]) -> float:
+        self.reset()
+        return 0.0
+
+    def _update(self, history: Sequence[int]) -> None:
+        # Histories only grow between rounds; a different one (new request) rebuilds the index.
+        if self._history[: self._indexed] != list(history[: self._indexed]):
+            self.reset()
+        self._history = list(history)
+        # Index every n-gram that ends strictly before the last token (so a match has a continuation).
+        for end in range(max(self._indexed, 1), len(history)):
+            for n in range(self.ngram_min, self.ngram_max + 1):
+                if end - n >= 0:
+                    self._index[tuple(history[end - n : end])] = end
+        self._indexed = max(self._indexed, len(history))
+
+    def propose(
+        self, history: Sequence[int], *, max_len: int, sampling: SamplingSettings, rng: np.random.Generator
+    ) -> Draft:
+        if max_len <= 0 or len(history) < 2:
+            return Draft((), ())
+        self._update(history)
+        for n in range(self.ngram_max, self.ngram_min - 1, -1):
+            if len(history) < n:
+                continue
+            end = self._index.get(tuple(history[-n:]))
+            if end is not None:
+                cont = tuple(history[end : end + max_len])
+                if cont:
+                    return Draft(cont, (None,) * len(cont))
+        return Draft((), ())

@@ -1,0 +1,321 @@
+"""The draft/verify loop as a generator of steps; without a drafter, the target alone.
+
+One round, with history h (the last token of h not yet in the target's KV cache):
+    1. the drafter proposes x_0..x_{K-1} (K may be 0: then this is a plain target step);
+    2. the target decodes [h_last, x_0..x_{K-1}] in one batch, logits for all K+1 rows;
+       row i is the target's distribution for the token after batch token i;
+    3. an acceptance rule keeps x_0..x_{n-1} and adds one token (correction or bonus);
+    4. the target's KV cache drops the rejected positions; the drafter re-syncs next round.
+The target alone is the same loop with K = 0, so both paths share every line of code but drafting.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from ggufspec.acceptance import AcceptRule, Variant, accept_greedy, accept_match, accept_rejection
+from ggufspec.backend import Context, Detokenizer
+from ggufspec.drafters import Drafter, DraftLength, DraftLengthSettings
+from ggufspec.errors import UserError
+from ggufspec.sampling import SamplingSettings, probabilities, sample
+from ggufspec.stats import RunStats
+
+
+class Source(str, enum.Enum):
+    """Where an emitted token came from."""
+
+    DRAFT = "draft"  # proposed by the drafter, accepted by the target
+    CORRECTION = "correction"  # the target's token replacing a rejected draft token
+    BONUS = "bonus"  # the target's extra token after a fully accepted draft
+    TARGET = "target"  # the target alone (prompt's first token, or a round with no draft)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One emitted token. `text` is the text released with it (may be empty: an incomplete
+    UTF-8 character or a possible stop-string prefix is held back until resolved)."""
+
+    token: int
+    source: Source
+    text: str
+    round: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpeculativeSettings:
+    """How drafts are judged and sized."""
+
+    accept: AcceptRule | None = None  # None: greedy at temperature 0, rejection otherwise
+    variant: Variant = Variant.LEVIATHAN
+    length: DraftLengthSettings = field(default_factory=DraftLengthSettings)
+
+    def rule_for(self, sampling: SamplingSettings) -> AcceptRule:
+        if sampling.greedy:
+            return AcceptRule.GREEDY  # every rule reduces to greedy on one-hot distributions
+        if self.accept is None:
+            return AcceptRule.REJECTION
+        if self.accept is AcceptRule.GREEDY:
+            raise UserError("--accept greedy needs --temp 0; use rejection or match when sampling")
+        return self.accept
+
+
+class _TargetRows:
+    """Target distributions p_i, shaped only when an acceptance rule asks for row i."""
+
+    def __init__(self, ctx: Context, sampling: SamplingSettings) -> None:
+        self._ctx, self._sampling, self._rows = ctx, sampling, {}
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        row = self._rows.get(i)
+        if row is None:
+            row = self._rows[i] = probabilities(self._ctx.logits(i), self._sampling)
+        return row
+
+
+class _StopText:
+    """Releases text, holding back any tail that could start a stop string."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def push(self, piece: str) -> tuple[str, bool]:
+        """Returns (text to release, stopped)."""
+        text = self.pending + piece
+        if not self.stops:
+            self.pending = ""
+            return text, False
+        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self.pending = ""
+            return text[: min(hits)], True
+        hold = 0
+        for s in self.stops:  # longest suffix of text that is a proper prefix of a stop string
+            for n in range(min(len(s) - 1, len(text)), hold, -1):
+                if text.endswith(s[:n]):
+                    hold = n
+                    break
+        self.pending = text[len(text) - hold :] if hold else ""
+        return text[: len(text) - hold], False
+
+    def flush(self) -> str:
+        text, self.pending = self.pending, ""
+        return text
+
+
+class Generation:
+    """A running generation: iterate it for `Step`s; `stats` and `text` are set when it ends.
+
+    `close()` stops it early (a client that went away): the next generation starts clean.
+    """
+
+    def __init__(self) -> None:
+        self._steps: Iterator[Step] = iter(())
+        self.stats: RunStats | None = None
+        self.tokens: list[int] = []
+        self.sources: list[Source] = []
+        self._text: list[str] = []
+
+    def __iter__(self) -> "Generation":
+        return self
+
+    def __next__(self) -> Step:
+        step = next(self._steps)
+        self.tokens.append(step.token)
+        self.sources.append(step.source)
+        self._text.append(step.text)
+        return step
+
+    @property
+    def text(self) -> str:
+        return "".join(self._text)
+
+    def run(self) -> "Generation":
+        """Drain the generation (non-streaming use)."""
+        for _ in self:
+            pass
+        return self
+
+    def close(self) -> None:
+        self._steps.close()  # type: ignore[attr-defined]
+
+
+def generate(
+    *,
+    target: Context,
+    prompt: Sequence[int],
+    drafter: Drafter | None = None,
+    max_tokens: int = 128,
+    sampling: SamplingSettings = SamplingSettings(),
+    speculative: SpeculativeSettings = SpeculativeSettings(),
+    stop: Sequence[str] = (),
+) -> Generation:
+    """Generate from `prompt` with the target, sped up by `drafter` when given.
+
+    Args:
+        target: the target model's context (its KV cache is reset).
+        prompt: prompt token ids (BOS included if the model wants one).
+        drafter: a ModelDrafter or LookupDrafter; None for the target alone.
+        max_tokens: stop after this many generated tokens.
+        sampling: temperature / top-k / top-p / min-p / seed, applied to target and draft alike.
+        speculative: acceptance rule, variant and draft-length policy.
+        stop: stop strings; the text ends before the first one.
+
+    Returns:
+        A `Generation` to iterate; its `stats` are set when it ends.
+
+    Raises:
+        UserError: empty prompt, or a prompt that does not fit the context.
+    """
+    if not prompt:
+        raise UserError("the prompt is empty; give some text with -p")
+    if len(prompt) >= target.n_ctx:
+        raise UserError(
+            f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}; "
+            "raise --ctx or shorten the prompt"
+        )
+    if max_tokens < 1:
+        raise UserError(f"max tokens must be >= 1, got {max_tokens}")
+    rule = speculative.rule_for(sampling)
+    gen = Generation()
+    gen._steps = _steps(gen, target, list(prompt), drafter, max_tokens, sampling, speculative, rule, stop)
+    return gen
+
+
+def _steps(
+    gen: Generation,
+    target: Context,
+    prompt: list[int],
+    drafter: Drafter | None,
+    max_tokens: int,
+    sampling: SamplingSettings,
+    speculative: SpeculativeSettings,
+    rule: AcceptRule,
+    stop: Sequence[str],
+) -> Iterator[Step]:
+    rng = sampling.rng()
+    model = target.model
+    detok = Detokenizer(model)
+    stop_text = _StopText(stop)
+    length = DraftLength(speculative.length)
+    k_cap = speculative.length.draft_max
+    drafted_at = [0] * k_cap
+    accepted_at = [0] * k_cap
+    drafted = accepted = rounds = 0
+    draft_s = verify_s = 0.0
+    history = list(prompt)
+    generated = 0
+    stop_reason = "length"
+
+    t_start = time.perf_counter()
+    target.clear()
+    prompt_draft_s = drafter.prefill(prompt) if drafter is not None else 0.0
+    target.decode(prompt, logits="last")
+    first = _pick(target.logits(-1), sampling, rng)
+    t_first = time.perf_counter()
+
+    def stats() -> RunStats:
+        t_end = time.perf_counter()
+        return RunStats(
+            prompt_tokens=len(prompt),
+            generated_tokens=generated,
+            prompt_s=t_first - t_start,
+            gen_s=t_end - t_first,
+            drafted=drafted,
+            accepted=accepted,
+            rounds=rounds,
+            draft_s=draft_s,
+            verify_s=verify_s,
+            drafted_at=tuple(drafted_at),
+            accepted_at=tuple(accepted_at),
+            stop_reason=stop_reason,
+        )
+
+    pending: list[tuple[int, Source]] = [(first, Source.TARGET)]
+    try:
+        while True:
+            # ---- emit what the last round produced, stopping where the request says -----------
+            for tok, src in pending:
+                history.append(tok)
+                generated += 1
+                if model.is_eog(tok):
+                    stop_reason = "eog"
+                    yield Step(tok, src, detok.flush() + stop_text.flush(), rounds)
+                    return
+                text, hit = stop_text.push(detok.push(tok))
+                if hit:
+                    stop_reason = "stop"
+                    yield Step(tok, src, text, rounds)
+                    return
+                if generated >= max_tokens:
+                    stop_reason = "length"
+                    yield Step(tok, src, text + stop_text.push(detok.flush())[0] + stop_text.flush(), rounds)
+                    return
+                if len(history) >= target.n_ctx:
+                    stop_reason = "context"
+                    yield Step(tok, src, text + stop_text.push(detok.flush())[0] + stop_text.flush(), rounds)
+                    return
+                yield Step(tok, src, text, rounds)
+
+            # ---- draft ---------------------------------------------------------------------
+            # Budget: tokens we may still emit; a round of K drafts emits up to K+1 and needs
+            # K+1 free KV slots (the last history token is not yet in the target's cache).
+            remaining = min(max_tokens - generated, target.n_ctx - len(history))
+            k = min(length.current, remaining - 1)
+            draft_tokens: tuple[int, ...] = ()
+            q_rows: tuple = ()
+            if drafter is not None and k > 0:
+                d = drafter.propose(history, max_len=k, sampling=sampling, rng=rng)
+                draft_s += d.decode_s
+                if len(d.tokens) >= speculative.length.draft_min:
+                    draft_tokens, q_rows = d.tokens, d.q_rows
+
+            # ---- verify ----------------------------------------------------------------------
+            kd = len(draft_tokens)
+            n_keep = target.n_past + 1  # the last history token stays in every case
+            t = time.perf_counter()
+            target.decode([history[-1], *draft_tokens], logits="all")
+            verify_s += time.perf_counter() - t
+            rounds += 1
+
+            if kd == 0:
+                pending = [(_pick(target.logits(0), sampling, rng), Source.TARGET)]
+                continue
+            if rule is AcceptRule.GREEDY:
+                argmax = [int(np.argmax(target.logits(i))) for i in range(kd + 1)]
+                verdict = accept_greedy(draft_tokens, argmax)
+            elif rule is AcceptRule.REJECTION:
+                rows = _TargetRows(target, sampling)
+                verdict = accept_rejection(
+                    draft_tokens, q_rows=q_rows, p_rows=rows, rng=rng, variant=speculative.variant
+                )
+            else:
+                verdict = accept_match(draft_tokens, p_rows=_TargetRows(target, sampling), rng=rng)
+
+            n = verdict.n_accepted
+            target.truncate(n_keep + n)  # drop KV of rejected drafts (and of nothing if all kept)
+            drafted += kd
+            accepted += n
+            for i in range(kd):
+                drafted_at[i] += 1
+                accepted_at[i] += i < n
+            length.update(drafted=kd, accepted=n)
+            pending = [(x, Source.DRAFT) for x in draft_tokens[:n]]
+            pending.append((verdict.token, Source.BONUS if verdict.bonus else Source.CORRECTION))
+    except GeneratorExit:
+        stop_reason = "cancelled"
+        raise
+    finally:
+        # Stats are final whichever way the loop ended (exhausted, stopped, or closed).
+        gen.stats = stats()
+
+
+def _pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generator) -> int:
+    if sampling.greedy:
+        return int(np.argmax(logits))
+    return sample(probabilities(logits, sampling), rng)

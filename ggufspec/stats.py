@@ -1,0 +1,69 @@
+"""What one generation cost and how the draft fared (DESIGN.md, Measuring)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStats:
+    """Counts and timings of one generation.
+
+    prompt phase: prefill of the prompt (target, and the draft model if any) up to the first token.
+    generation phase: everything after the first token; its wall time splits into draft decode,
+    target verify (decode) and our own Python between llama.cpp calls (overhead).
+    """
+
+    prompt_tokens: int
+    generated_tokens: int
+    prompt_s: float
+    gen_s: float  # wall time after the first token
+    drafted: int
+    accepted: int
+    rounds: int  # target decode calls after the prompt (one verify each)
+    draft_s: float
+    verify_s: float
+    drafted_at: tuple[int, ...]  # drafted_at[i]: rounds that drafted a token at position i
+    accepted_at: tuple[int, ...]  # accepted_at[i]: rounds whose token at position i was accepted
+    stop_reason: str  # "length" | "eog" | "stop" | "context" | "cancelled"
+
+    @property
+    def overhead_s(self) -> float:
+        return max(0.0, self.gen_s - self.draft_s - self.verify_s)
+
+    @property
+    def prompt_tps(self) -> float:
+        return self.prompt_tokens / self.prompt_s if self.prompt_s > 0 else 0.0
+
+    @property
+    def gen_tps(self) -> float:
+        # tokens after the first / time after the first token (the first comes from the prefill)
+        n = self.generated_tokens - 1
+        return n / self.gen_s if n > 0 and self.gen_s > 0 else 0.0
+
+    @property
+    def accept_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_len(self) -> float:
+        """Tokens emitted per target verify call (1.0 = no gain; at most K+1)."""
+        return (self.generated_tokens - 1) / self.rounds if self.rounds else 0.0
+
+    @property
+    def accept_rate_by_position(self) -> tuple[float, ...]:
+        return tuple(a / d if d else 0.0 for a, d in zip(self.accepted_at, self.drafted_at))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            overhead_s=self.overhead_s,
+            prompt_tps=self.prompt_tps,
+            gen_tps=self.gen_tps,
+            accept_rate=self.accept_rate,
+            mean_accepted_len=self.mean_accepted_len,
+            accept_rate_by_position=list(self.accept_rate_by_position),
+        )
+        d["drafted_at"] = list(self.drafted_at)
+        d["accepted_at"] = list(self.accepted_at)
+        return d
