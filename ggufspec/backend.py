@@ -299,6 +299,13 @@ class Context:
                 raise RuntimeError(f"llama_decode failed with code {rc} at position {self.n_past}")
             self.n_past += len(chunk)
 
+    def warmup(self) -> None:
+        """One throwaway decode: pages the weights in and builds the compute graph, so the first
+        measured generation is not charged for it (llama.cpp's own tools do the same)."""
+        tok = self.model.bos if self.model.bos >= 0 else 0
+        self.decode([tok, tok], logits="all")
+        self.clear()
+
     def logits(self, i: int = -1) -> np.ndarray:
         """Logits (n_vocab,) float32 of batch row i of the last decode: a view, not a copy.
 

@@ -1,0 +1,208 @@
+"""Generate with a target model sped up by a draft model (or prompt lookup).
+
+With no --target/--draft, uses the embedded default pair (SmolLM2-135M-Instruct: a Q8_0 target
+and its Q4_1 draft). Greedy (--temp 0, the default) output is token-identical to the target alone;
+sampling keeps the target's distribution (rejection sampling, Leviathan et al. / Chen et al. 2023).
+
+examples:
+  ggufspec run -p "Write a haiku about the sea" --chat --compare
+  ggufspec run --target ./big.gguf --draft ./small.gguf -p "def quicksort(xs):" -n 256 -v
+  ggufspec run --draft lookup -p "$(cat notes.txt) Summarise the notes above." --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ggufspec.errors import UserError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    m = p.add_argument_group("models")
+    m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
+    m.add_argument("--draft", metavar="REF", help="draft model reference, or 'lookup' for prompt lookup; 'none' for the target alone")
+    m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
+    g = p.add_argument_group("generation")
+    g.add_argument("-p", "--prompt", required=True, help="prompt text")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt as a user message with the GGUF chat template")
+    g.add_argument("-n", "--max-tokens", type=int, default=128, metavar="N", help="tokens to generate (default 128)")
+    g.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
+    s = p.add_argument_group("sampling")
+    s.add_argument("--temp", type=float, default=0.0, metavar="T", help="temperature; 0 = greedy (default)")
+    s.add_argument("--top-k", type=int, default=0, metavar="K", help="top-k (0 = off)")
+    s.add_argument("--top-p", type=float, default=1.0, metavar="P", help="top-p in (0, 1] (1 = off)")
+    s.add_argument("--min-p", type=float, default=0.0, metavar="P", help="min-p (0 = off)")
+    s.add_argument("--seed", type=int, default=None, help="random seed (reproducible runs)")
+    d = p.add_argument_group("speculation")
+    d.add_argument("--draft-max", type=int, default=8, metavar="N", help="most tokens drafted per round (default 8)")
+    d.add_argument("--draft-min", type=int, default=0, metavar="N", help="skip drafts shorter than this")
+    d.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
+    d.add_argument("--fixed", action="store_true", help="always draft --draft-max tokens (default: adaptive length)")
+    d.add_argument("--accept", default=None, metavar="RULE", help="greedy | rejection | match (default: greedy at temp 0, else rejection)")
+    d.add_argument("--variant", default="leviathan", metavar="NAME", help="rejection variant: leviathan | chen")
+    r = p.add_argument_group("runtime")
+    r.add_argument("--ngl", default="auto", metavar="N|auto", help="target layers on the GPU (default auto: planner)")
+    r.add_argument("--ngld", default="auto", metavar="N|auto", help="draft layers on the GPU (default auto)")
+    r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
+    r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    r.add_argument("--llama-log", action="store_true", help="show llama.cpp's own log")
+    o = p.add_argument_group("output")
+    o.add_argument("-v", "--verbose", action="store_true", help="colour each token by where it came from")
+    o.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    o.add_argument("--compare", action="store_true", help="also run the target alone; print the speedup")
+
+
+def _layers(text: str, flag: str) -> int | str:
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"{flag} takes a layer count or 'auto', got {text!r}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from ggufspec import backend
+    from ggufspec.acceptance import AcceptRule, Variant
+    from ggufspec.drafters import DraftLengthSettings
+    from ggufspec.engine import SpeculativeSettings
+    from ggufspec.runtime import PairSettings, load_pair
+    from ggufspec.sampling import SamplingSettings
+
+    backend.set_verbose(args.llama_log)
+    # Validate every setting before loading anything.
+    sampling = SamplingSettings(
+        temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed
+    )
+    speculative = SpeculativeSettings(
+        accept=AcceptRule.parse(args.accept) if args.accept else None,
+        variant=Variant.parse(args.variant),
+        length=DraftLengthSettings(
+            draft_max=args.draft_max, draft_min=args.draft_min, p_min=args.draft_p_min, adaptive=not args.fixed
+        ),
+    )
+    speculative.rule_for(sampling)
+    if args.max_tokens < 1:
+        raise UserError(f"-n must be >= 1, got {args.max_tokens}")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    settings = PairSettings(
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        n_gpu_layers=_layers(args.ngl, "--ngl"),
+        n_gpu_layers_draft=_layers(args.ngld, "--ngld"),
+        offline=args.offline,
+    )
+    draft = None if args.draft in (None, "none") else args.draft
+    if args.target is None and args.draft is None:
+        target, draft = None, None  # the embedded default pair
+    else:
+        if args.target is None:
+            from ggufspec.embedded import DEFAULT_TARGET
+
+            args.target = DEFAULT_TARGET
+        target = args.target
+
+    with load_pair(target=target, draft=draft, settings=settings, p_min=args.draft_p_min) as pair:
+        if args.draft == "none":
+            pair.drafter = None
+        messages = [{"role": "user", "content": args.prompt}] if args.chat else None
+        tokens = pair.encode(prompt=None if args.chat else args.prompt, messages=messages)
+        gen = pair.generate(
+            prompt_tokens=tokens, max_tokens=args.max_tokens, sampling=sampling,
+            speculative=speculative, stop=args.stop,
+        )
+        if args.json:
+            gen.run()
+        else:
+            _stream(gen, colour=args.verbose)
+        baseline = None
+        if args.compare:
+            baseline = pair.generate(
+                prompt_tokens=tokens, max_tokens=args.max_tokens, sampling=sampling,
+                speculative=speculative, stop=args.stop, use_draft=False,
+            ).run()
+        _report(args, pair, gen, baseline, sampling)
+    return 0
+
+
+def _stream(gen, *, colour: bool) -> None:
+    from ggufspec.engine import Source
+
+    styles = {Source.DRAFT: "green", Source.CORRECTION: "red", Source.BONUS: "blue", Source.TARGET: "default"}
+    console = None
+    if colour:
+        from rich.console import Console
+
+        console = Console(highlight=False, soft_wrap=True)
+    out = sys.stdout
+    for step in gen:
+        if not step.text:
+            continue
+        if console is not None:
+            console.print(step.text, style=styles[step.source], end="", markup=False)
+        else:
+            out.write(step.text)
+            out.flush()
+    if console is not None:
+        console.print()
+        console.print("[green]draft accepted[/] [red]target correction[/] [blue]bonus[/] plain: target alone", style="dim")
+    else:
+        out.write("\n")
+        out.flush()
+
+
+def _report(args, pair, gen, baseline, sampling) -> None:
+    s = gen.stats
+    stats = {
+        "prompt_tokens": s.prompt_tokens,
+        "generated_tokens": s.generated_tokens,
+        "prompt_tps": round(s.prompt_tps, 2),
+        "gen_tps": round(s.gen_tps, 2),
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "accept_rate": round(s.accept_rate, 4),
+        "mean_accepted_len": round(s.mean_accepted_len, 3),
+        "draft_s": round(s.draft_s, 4),
+        "verify_s": round(s.verify_s, 4),
+        "overhead_s": round(s.overhead_s, 4),
+        "accept_rate_by_position": [round(x, 3) for x in s.accept_rate_by_position],
+        "stop_reason": s.stop_reason,
+    }
+    result: dict = {"text": gen.text, "target": str(pair.target_path), "draft": pair.draft_name, "stats": stats}
+    if baseline is not None:
+        b = baseline.stats
+        result["baseline"] = {"text": baseline.text, "gen_tps": round(b.gen_tps, 2)}
+        result["speedup"] = round(s.gen_tps / b.gen_tps, 3) if b.gen_tps else None
+        result["identical"] = baseline.tokens == gen.tokens if sampling.greedy else None
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    err = Console(stderr=True, highlight=False)
+    table = Table(title=f"target {pair.target_path.name}  draft {pair.draft_name if pair.drafter is None or pair.draft_path is None else pair.draft_path.name}", title_justify="left")
+    table.add_column("metric")
+    table.add_column("speculative", justify="right")
+    if baseline is not None:
+        table.add_column("target alone", justify="right")
+    rows = [
+        ("prompt tokens/s", f"{s.prompt_tps:.1f}", f"{baseline.stats.prompt_tps:.1f}" if baseline else None),
+        ("generation tokens/s", f"{s.gen_tps:.1f}", f"{baseline.stats.gen_tps:.1f}" if baseline else None),
+        ("generated tokens", str(s.generated_tokens), str(baseline.stats.generated_tokens) if baseline else None),
+        ("accept rate", f"{s.accept_rate:.1%} ({s.accepted}/{s.drafted})", "" if baseline else None),
+        ("mean accepted length", f"{s.mean_accepted_len:.2f}", "1.00" if baseline else None),
+        ("time: draft / verify / python", f"{s.draft_s:.2f} / {s.verify_s:.2f} / {s.overhead_s:.2f} s",
+         f"- / {baseline.stats.verify_s:.2f} / {baseline.stats.overhead_s:.2f} s" if baseline else None),
+    ]
+    for name, a, b in rows:
+        table.add_row(name, a, *([b] if baseline is not None else []))
+    err.print(table)
+    if baseline is not None:
+        line = f"speedup {result['speedup']:.2f}x"
+        if sampling.greedy:
+            line += "; output identical to the target alone" if result["identical"] else "; OUTPUT DIFFERS from the target alone"
+        err.print(line)

@@ -1,0 +1,238 @@
+"""The library API: load a target and a draft once, then generate many times.
+
+    pair = load_pair(target="embedded:smollm2:Q8_0", draft="embedded:smollm2:Q4_1")
+    out = pair.generate(prompt="Once upon a time", max_tokens=64).run()
+    print(out.text, out.stats.gen_tps, out.stats.accept_rate)
+
+`draft` is a model reference, "lookup" (prompt lookup, no second model) or None (target alone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Mapping, Sequence
+
+from ggufspec.backend import Context, ContextSettings, Model, ModelSettings
+from ggufspec.chat import render_chat
+from ggufspec.drafters import Drafter, LookupDrafter, ModelDrafter
+from ggufspec.engine import Generation, SpeculativeSettings, generate
+from ggufspec.errors import UserError
+from ggufspec.sampling import SamplingSettings
+
+LOOKUP = "lookup"
+Layers = int | Literal["auto"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairSettings:
+    """How to load a target/draft pair."""
+
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_threads: int | None = None
+    flash_attn: Literal["auto", "on", "off"] = "on"
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    n_gpu_layers: Layers = "auto"  # target; "auto" = the offload planner's choice
+    n_gpu_layers_draft: Layers = "auto"
+    offline: bool = False
+    lookup_ngram_max: int = 3
+    lookup_ngram_min: int = 1
+
+
+def resolve_path(ref: str | Path, *, offline: bool = False) -> Path:
+    """A model reference (local path, hub ref, embedded:NAME:QUANT) -> local GGUF path."""
+    from ggufspec.refs import resolve_model
+
+    return resolve_model(str(ref), offline=offline).path
+
+
+def check_vocab(target: Path, draft: Path) -> None:
+    """Refuse an incompatible pair before loading anything (llama.cpp's rule)."""
+    from ggufspec.ggufinfo import read_vocab
+    from ggufspec.vocab import compare_vocab
+
+    verdict = compare_vocab(target=read_vocab(target), draft=read_vocab(draft))
+    if verdict.status == "incompatible":
+        raise UserError(verdict.message)
+
+
+def _auto_layers(target: Path, draft: Path | None, settings: PairSettings) -> tuple[int, int, dict]:
+    """n_gpu_layers for target and draft from the offload planner; (0, 0) with no GPU."""
+    tl, dl = settings.n_gpu_layers, settings.n_gpu_layers_draft
+    if tl != "auto" and dl != "auto":
+        return int(tl), int(dl), {}
+    from ggufspec.devices import detect_gpus
+
+    gpus = detect_gpus()
+    if not gpus:
+        return (0 if tl == "auto" else int(tl)), (0 if dl == "auto" else int(dl)), {}
+    from ggufspec.plan import plan_for_load
+
+    plan = plan_for_load(
+        target=target, draft=draft, gpus=gpus, n_ctx=settings.n_ctx,
+        cache_type=settings.cache_type_k,
+    )
+    t_kwargs, d_kwargs = plan
+    t = int(t_kwargs["n_gpu_layers"]) if tl == "auto" else int(tl)
+    d = int(d_kwargs["n_gpu_layers"]) if dl == "auto" else int(dl)
+    return t, d, t_kwargs
+
+
+@dataclass
+class SpeculativePair:
+    """A loaded target, an optional drafter, and their contexts (one generation at a time)."""
+
+    target_path: Path
+    target_model: Model
+    target_ctx: Context
+    drafter: Drafter | None
+    draft_path: Path | None = None
+    draft_model: Model | None = None
+    draft_ctx: Context | None = None
+    settings: PairSettings = field(default_factory=PairSettings)
+
+    @property
+    def draft_name(self) -> str:
+        if self.drafter is None:
+            return "none"
+        return LOOKUP if isinstance(self.drafter, LookupDrafter) else str(self.draft_path)
+
+    def encode(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: Sequence[Mapping[str, str]] | None = None,
+    ) -> list[int]:
+        """Prompt text (raw) or chat messages (rendered with the GGUF template) -> token ids."""
+        model = self.target_model
+        if messages is not None:
+            text = render_chat(
+                template=model.chat_template(),
+                messages=messages,
+                bos_token=model.special_text(model.bos),
+                eos_token=model.special_text(model.eos),
+            )
+            bos = model.special_text(model.bos)
+            # The template may write BOS itself; never add a second one.
+            add = model.add_bos and not (bos and text.startswith(bos))
+            return model.tokenize(text, add_special=add, parse_special=True)
+        if prompt is None:
+            raise UserError("give a prompt (-p TEXT) or chat messages")
+        return model.tokenize(prompt, add_special=True, parse_special=False)
+
+    def generate(
+        self,
+        *,
+        prompt: str | None = None,
+        messages: Sequence[Mapping[str, str]] | None = None,
+        prompt_tokens: Sequence[int] | None = None,
+        max_tokens: int = 128,
+        sampling: SamplingSettings = SamplingSettings(),
+        speculative: SpeculativeSettings = SpeculativeSettings(),
+        stop: Sequence[str] = (),
+        use_draft: bool = True,
+    ) -> Generation:
+        """Start a generation (iterate it for steps, or `.run()` it).
+
+        Args:
+            prompt / messages / prompt_tokens: exactly one of them.
+            use_draft: False runs the target alone through the same loop (the baseline).
+        """
+        tokens = list(prompt_tokens) if prompt_tokens is not None else self.encode(prompt=prompt, messages=messages)
+        drafter = self.drafter if use_draft else None
+        if isinstance(drafter, ModelDrafter) and sampling.greedy is False:
+            # match keeps deterministic (argmax) drafts, as llama.cpp does; rejection needs q
+            drafter.greedy_draft = speculative.accept is not None and speculative.accept.value == "match"
+        return generate(
+            target=self.target_ctx,
+            prompt=tokens,
+            drafter=drafter,
+            max_tokens=max_tokens,
+            sampling=sampling,
+            speculative=speculative,
+            stop=stop,
+        )
+
+    def close(self) -> None:
+        for obj in (self.draft_ctx, self.draft_model, self.target_ctx, self.target_model):
+            if obj is not None:
+                obj.close()
+
+    def __enter__(self) -> "SpeculativePair":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_pair(
+    *,
+    target: str | Path | None = None,
+    draft: str | Path | None = None,
+    settings: PairSettings = PairSettings(),
+    p_min: float = 0.0,
+) -> SpeculativePair:
+    """Resolve, check and load a target and its drafter.
+
+    Args:
+        target: model reference; None = the embedded default target.
+        draft: model reference, "lookup", or None (target alone). With target None too,
+            the embedded default draft.
+        settings: context and offload settings shared by both models.
+        p_min: the draft model's confidence stop (--draft-p-min).
+
+    Raises:
+        UserError: missing/invalid files, an incompatible vocabulary, a context that cannot be made.
+    """
+    from ggufspec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    if target is None:
+        target = DEFAULT_TARGET
+        if draft is None:
+            draft = DEFAULT_DRAFT
+    target_path = resolve_path(target, offline=settings.offline)
+    draft_path = None
+    if draft is not None and str(draft) != LOOKUP:
+        draft_path = resolve_path(draft, offline=settings.offline)
+    # Validate both files before loading either: clear errors for non-GGUF / truncated / vocab.
+    from ggufspec.ggufinfo import read_model_info
+
+    read_model_info(target_path)
+    if draft_path is not None:
+        read_model_info(draft_path)
+        check_vocab(target_path, draft_path)
+
+    t_layers, d_layers, t_kwargs = _auto_layers(target_path, draft_path, settings)
+    ctx_settings = ContextSettings(
+        n_ctx=settings.n_ctx,
+        n_batch=settings.n_batch,
+        n_threads=settings.n_threads,
+        flash_attn=settings.flash_attn,
+        cache_type_k=settings.cache_type_k,  # type: ignore[arg-type]
+        cache_type_v=settings.cache_type_v,  # type: ignore[arg-type]
+    )
+    target_model = Model(
+        target_path,
+        settings=ModelSettings(
+            n_gpu_layers=t_layers,
+            tensor_split=t_kwargs.get("tensor_split"),
+            main_gpu=t_kwargs.get("main_gpu", 0),
+        ),
+    )
+    target_ctx = Context(target_model, settings=ctx_settings)
+    target_ctx.warmup()
+    pair = SpeculativePair(
+        target_path=target_path, target_model=target_model, target_ctx=target_ctx, drafter=None, settings=settings
+    )
+    if draft is not None and str(draft) == LOOKUP:
+        pair.drafter = LookupDrafter(ngram_max=settings.lookup_ngram_max, ngram_min=settings.lookup_ngram_min)
+    elif draft_path is not None:
+        draft_model = Model(draft_path, settings=ModelSettings(n_gpu_layers=d_layers))
+        # The draft never runs past the target's context: same n_ctx.
+        draft_ctx = Context(draft_model, settings=ctx_settings)
+        draft_ctx.warmup()
+        pair.draft_path, pair.draft_model, pair.draft_ctx = draft_path, draft_model, draft_ctx
+        pair.drafter = ModelDrafter(draft_ctx, p_min=p_min)
+    return pair
