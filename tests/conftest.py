@@ -66,3 +66,37 @@ def smollm2_q4_1() -> Path:
     if not path.is_file():
         pytest.skip(f"{path} is missing")
     return path
+
+
+# ---- batch-invariant tiny models (Q8_0) --------------------------------------------------------
+# llama.cpp's CPU kernels give bit-identical logits whatever the batch shape only for some weight
+# types (measured: Q8_0, Q4_0, Q4_1 with flash attention; not F32/F16/K-quants). Tests that compare
+# greedy speculative output with the target alone token for token must use these.
+
+
+@pytest.fixture(scope="session")
+def tiny_target_q8(tiny_target: Path, tiny_models_dir: Path) -> Path:
+    from ggufspec.backend import quantize
+
+    return quantize(src=tiny_target, dst=tiny_models_dir / "tiny_target.Q8_0.gguf", ftype="Q8_0", n_threads=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_q8(tiny_draft: Path, tiny_models_dir: Path) -> Path:
+    from ggufspec.backend import quantize
+
+    return quantize(src=tiny_draft, dst=tiny_models_dir / "tiny_draft.Q8_0.gguf", ftype="Q8_0", n_threads=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_bytes_target_q8(tiny_bytes_target: Path, tiny_models_dir: Path) -> Path:
+    from ggufspec.backend import quantize
+
+    return quantize(src=tiny_bytes_target, dst=tiny_models_dir / "tiny_bytes_target.Q8_0.gguf", ftype="Q8_0", n_threads=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_bytes_draft_q8(tiny_bytes_draft: Path, tiny_models_dir: Path) -> Path:
+    from ggufspec.backend import quantize
+
+    return quantize(src=tiny_bytes_draft, dst=tiny_models_dir / "tiny_bytes_draft.Q8_0.gguf", ftype="Q8_0", n_threads=1)
