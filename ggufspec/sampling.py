@@ -63,10 +63,13 @@ def probabilities(logits: np.ndarray, settings: SamplingSettings) -> np.ndarray:
         p[int(np.argmax(logits))] = 1.0
         return p
 
-    # Candidates: all ids, or the k largest (argpartition: O(V), no full sort).
+    # Candidates: all ids, or the k largest in O(V) (no full sort); ties at the boundary go to
+    # the lowest ids, as argmax breaks them, so top-k=1 agrees with greedy.
     k = settings.top_k if 0 < settings.top_k < vocab else vocab
     if k < vocab:
-        ids = np.argpartition(logits, vocab - k)[vocab - k :]
+        kth = np.partition(logits, vocab - k)[vocab - k]
+        above = np.flatnonzero(logits > kth)
+        ids = np.concatenate([above, np.flatnonzero(logits == kth)[: k - len(above)]])
     else:
         ids = np.arange(vocab)
     z = logits[ids].astype(np.float64)
