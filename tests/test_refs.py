@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ggufspec.errors import UserError
@@ -67,6 +67,7 @@ _quant = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,12}", fullmatch=True)
 _rev = st.one_of(st.none(), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,20}", fullmatch=True))
 
 
+@settings(max_examples=50, deadline=None)
 @given(owner=_name, name=_name, quant=st.one_of(st.none(), _quant), revision=_rev)
 def test_hub_refs_round_trip(owner: str, name: str, quant: str | None, revision: str | None) -> None:
     ref = HubRef(f"{owner}/{name}", quant, None, revision)
