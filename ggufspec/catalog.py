@@ -168,7 +168,8 @@ def _number(table: dict[str, Any], key: str, where: str, *, low: float, high: fl
     value = table.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= low or (high is not None and value > high):
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not numeric or value <= low or (high is not None and value > high):
         bound = f"in ({low}, {high}]" if high is not None else f"> {low}"
         raise UserError(f"{where}: expected.{key} must be a number {bound}")
     return float(value)

@@ -365,10 +365,15 @@ def fetch(
             incomplete or corrupted (the bad file is deleted).
     """
     listing = list_repo(repo_id, revision=revision, offline=offline)
-    if filename is not None:
-        variant = _variant_of_file(listing, filename)
-    else:
-        variant = pick_variant(listing.paths, quant, repo_id=repo_id)
+    try:
+        if filename is not None:
+            variant = _variant_of_file(listing, filename)
+        else:
+            variant = pick_variant(listing.paths, quant, repo_id=repo_id)
+    except UserError as exc:
+        if listing.from_cache:  # say that only the cached files were considered
+            raise UserError(f"{exc} (listing the local cache only: offline, or the Hub is unreachable)") from None
+        raise
     cache_only = _offline(offline) or listing.from_cache
     paths: list[Path] = []
     sizes: list[int] = []
@@ -387,8 +392,7 @@ def _variant_of_file(listing: RepoListing, filename: str) -> Variant:
     if listing.get(filename) is None:
         models = [v.first for v in gguf_variants(listing.paths)]
         shown = ", ".join(models[:12]) + (f", ... ({len(models)} in all)" if len(models) > 12 else "")
-        where = f"{listing.repo_id}@{listing.revision}" + (" (cached)" if listing.from_cache else "")
-        raise UserError(f"{filename} is not in {where}; its GGUF files: {shown or 'none'}")
+        raise UserError(f"{filename} is not in {listing.repo_id}@{listing.revision}; its GGUF files: {shown or 'none'}")
     info = split_info(filename)
     if info is None or info[2] <= 1:
         return Variant((filename,), 1)
@@ -400,7 +404,7 @@ def _quiet_tqdm() -> type:
     """A tqdm class that shows nothing, for ``progress=False``."""
     from tqdm.auto import tqdm
 
-    class QuietTqdm(tqdm):  # type: ignore[misc, valid-type]
+    class QuietTqdm(tqdm):  # type: ignore[misc]
         def __init__(self, *args: object, **kwargs: object) -> None:
             kwargs.pop("name", None)
             kwargs["disable"] = True
@@ -421,12 +425,9 @@ def _fetch_file(listing: RepoListing, path_in_repo: str, *, cache_only: bool, pr
     # Cache-only: pin the commit we listed. Online: ask for the revision as given, so that
     # huggingface_hub records refs/<revision> in the cache and offline runs find it later.
     revision = listing.commit if cache_only and listing.commit else listing.revision
-    kwargs: dict[str, object] = {}
-    if not progress:
-        kwargs["tqdm_class"] = _quiet_tqdm()
     try:
-        local = Path(hf_hub_download(repo_id, path_in_repo, revision=revision,
-                                     local_files_only=cache_only, **kwargs))
+        local = Path(hf_hub_download(repo_id, path_in_repo, revision=revision, local_files_only=cache_only,
+                                     tqdm_class=None if progress else _quiet_tqdm()))
     except Exception as exc:  # noqa: BLE001 - mapped or re-raised
         raise _user_error(exc, repo_id=repo_id, revision=listing.revision, filename=path_in_repo,
                           offline=cache_only) from exc

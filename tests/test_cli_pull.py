@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from ggufspec.cli import main
-from hub_server import HubFiles, HubServer, fake_hub, hub_files, sha256_of  # noqa: F401
+from hub_server import HubFiles, HubServer, sha256_of
+from hub_server import fake_hub, hub_files  # noqa: F401  (fixtures)
 
 REPO = "acme/tiny-GGUF"
 

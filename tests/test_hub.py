@@ -11,7 +11,8 @@ import pytest
 from ggufspec import hub
 from ggufspec.errors import UserError
 from ggufspec.refs import resolve_model
-from hub_server import HubFiles, HubServer, fake_hub, go_offline, hub_files, sha256_of  # noqa: F401
+from hub_server import HubFiles, HubServer, go_offline, sha256_of
+from hub_server import fake_hub, hub_files  # noqa: F401  (fixtures)
 
 REPO = "acme/SmolLM2-135M-Instruct-GGUF"
 
@@ -257,7 +258,7 @@ def test_offline_mode_uses_the_cache_with_the_server_down(
 
     with pytest.raises(UserError, match=r"cannot reach the Hugging Face Hub .* \(ConnectError\) and acme/never-fetched@main is not in the cache"):
         resolve_model("acme/never-fetched:Q8_0", progress=False)
-    with pytest.raises(UserError, match=r"no GGUF file for quant 'Q4_K_M'; available quants: Q8_0"):
+    with pytest.raises(UserError, match=r"no GGUF file for quant 'Q4_K_M'; available quants: Q8_0 \(listing the local cache only"):
         resolve_model(f"{REPO}:Q4_K_M", offline=True, progress=False)  # only what the cache holds
 
     go_offline(monkeypatch)  # HF_HUB_OFFLINE=1

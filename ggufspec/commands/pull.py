@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
             if vocab is None:
                 print("vocab: not checked (this installation has no vocabulary checker)")
             else:
-                print(f"vocab: {vocab['message']}" if vocab["compatible"] else f"vocab: INCOMPATIBLE: {vocab['message']}")
+                flag = "" if vocab["compatible"] else "INCOMPATIBLE: "
+                print(f"vocab: {flag}{vocab['message']}")
     if vocab is not None and vocab["compatible"] is False:
         return 1
     return 0
