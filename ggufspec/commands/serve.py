@@ -1,0 +1,116 @@
+"""Serve a target/draft pair over the OpenAI HTTP API, with speculative decoding.
+
+Endpoints: POST /v1/completions, POST /v1/chat/completions (stream: true for server-sent
+events), GET /v1/models, GET /health, GET /metrics (Prometheus). Responses carry `usage` and a
+`speculative` block (drafted, accepted, accept_rate, mean_accepted_len, gen_tps). Requests may
+set draft_max and accept (greedy | rejection | match) besides OpenAI's sampling fields.
+
+One generation runs at a time; up to --queue requests wait, and more get 429 with Retry-After.
+A client that disconnects stops its generation. With no --target/--draft, serves the embedded
+default pair. Binds 127.0.0.1 unless --host says otherwise. Needs the server extra:
+pip install 'ggufspec[server]'.
+
+examples:
+  ggufspec serve
+  ggufspec serve --target ./big.gguf --draft ./small.gguf --port 8000 --api-key "$KEY"
+  curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"user","content":"hi"}]}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+
+from ggufspec.errors import UserError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    m = p.add_argument_group("models")
+    m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
+    m.add_argument("--draft", metavar="REF", help="draft model reference, 'lookup' for prompt lookup, 'none' for the target alone")
+    m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
+    m.add_argument("--model-name", metavar="NAME", help="model id served by /v1/models (default: the target's file name)")
+    s = p.add_argument_group("server")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one and prints it)")
+    s.add_argument("--api-key", metavar="KEY", default=os.environ.get("GGUFSPEC_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' (default: $GGUFSPEC_API_KEY, else no key)")
+    s.add_argument("--queue", type=int, default=8, metavar="N", help="requests that may wait while one generates (default 8); more get 429")
+    s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"), help="uvicorn log level")
+    r = p.add_argument_group("runtime")
+    r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
+    r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    r.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
+    r.add_argument("--llama-log", action="store_true", help="show llama.cpp's own log")
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise UserError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror}; pick another --port") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
+        import uvicorn
+    except ImportError as exc:
+        raise UserError(f"ggufspec serve needs {exc.name}: pip install 'ggufspec[server]'") from None
+    from ggufspec import backend
+    from ggufspec.runtime import PairSettings, load_pair
+    from ggufspec.server import create_app
+
+    backend.set_verbose(args.llama_log)
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be in [0, 65535], got {args.port}")
+    if args.queue < 0:
+        raise UserError(f"--queue must be >= 0, got {args.queue}")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    if args.api_key is not None and not args.api_key.strip():
+        raise UserError("--api-key is empty; give a key or leave it out")
+    settings = PairSettings(n_ctx=args.ctx, n_threads=args.threads, offline=args.offline)
+    draft = None if args.draft in (None, "none") else args.draft
+    target = args.target
+    if args.target is None and args.draft is None:
+        draft = None  # with target None too: the embedded default pair
+    elif target is None:
+        from ggufspec.embedded import DEFAULT_TARGET
+
+        target = DEFAULT_TARGET
+
+    sock = _bind(args.host, args.port)  # before loading: a busy port fails fast
+    with load_pair(target=target, draft=draft, settings=settings, p_min=args.draft_p_min) as pair:
+        if args.draft == "none":
+            pair.drafter = None
+        name = args.model_name or pair.target_path.stem
+        app = create_app(pair=pair, model_name=name, api_key=args.api_key, queue_size=args.queue)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        err = sys.stderr
+        err.write(
+            f"ggufspec serve: {name} (target {pair.target_path.name}, draft {pair.draft_name if pair.draft_path is None else pair.draft_path.name})\n"
+            f"ggufspec serve: listening on http://{shown}:{port}/v1\n"
+        )
+        if host not in ("127.0.0.1", "::1", "localhost") and args.api_key is None:
+            err.write("ggufspec serve: warning: reachable from other machines and no --api-key is set\n")
+        err.flush()
+        config = uvicorn.Config(
+            app, log_level=args.log_level, timeout_graceful_shutdown=5, lifespan="on",
+        )
+        server = uvicorn.Server(config)
+        server.run(sockets=[sock])
+    return 0
