@@ -2,8 +2,7 @@
 
   ggufspec pairs
   ggufspec pairs --json
-  ggufspec pull --pair qwen3-8b        # fetch both models of a pair
-  ggufspec run --pair qwen3-8b ...     # use it
+  ggufspec pull --pair qwen3-8b        # fetch both models and check their vocabularies
 
 Accept rate and speedup are shown only where a public report gives them; its URL and conditions
 are listed under the table. Measure your own with `ggufspec bench`.
