@@ -1,0 +1,190 @@
+"""Measure speedup, accept rate and peers side by side, with plots.
+
+Runs the target alone and speculative configurations alternately on the same prompts (the
+built-in set of chat, code, summarising, maths and long-answer prompts, or --prompts FILE.jsonl),
+takes medians over repeats and prompts, and writes bench.json, runs.csv, bench.md and PNG plots
+into --out. Sweeps: draft length K (fixed), drafts (the given ones, quantizations of the target
+made on the fly with --draft-quants, prompt lookup), fixed vs adaptive length, and at --temp the
+rejection vs match acceptance rules. With no --target/--draft: the embedded default pair.
+
+Peers on the same files: llama.cpp's native llama-speculative-simple and llama-bench (build them
+once with scripts/build_native.sh; without them the bench says so and vs_native is null),
+llama_cpp.Llama with prompt-lookup drafting, and transformers assisted generation when torch and
+transformers are importable.
+
+Each JSON summary holds `speedup` (median over prompts of speculative / target-alone generation
+tokens/s for the default configuration: the first draft, adaptive length) and `vs_native`.
+
+examples:
+  ggufspec bench --quick --out bench-out
+  ggufspec bench --sweep-k 1,2,4,8 --draft-quants Q8_0,Q4_0,Q2_K --repeats 3
+  ggufspec bench --target ./big.gguf --draft ./small.gguf lookup --prompts mine.jsonl --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ggufspec.errors import UserError
+
+QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1, "maths": 1}
+FULL_DRAFT_QUANTS = "Q4_0,Q2_K"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    m = p.add_argument_group("models")
+    m.add_argument("--target", metavar="REF", help="target model (default: the embedded default target)")
+    m.add_argument("--draft", metavar="REF", nargs="+", action="extend",
+                   help="one or more drafts: model references or 'lookup'; the first is the default configuration's")
+    m.add_argument("--draft-quants", metavar="Q,Q", default=None,
+                   help=f"also draft with these quantizations of the target, made on the fly "
+                        f"(default: {FULL_DRAFT_QUANTS} without --quick and --draft)")
+    w = p.add_argument_group("workload")
+    w.add_argument("--prompts", metavar="FILE.jsonl", help="prompt file, one {id, category, messages} a line")
+    w.add_argument("--category", metavar="NAME", action="append", default=None, help="only prompts of this category (repeatable)")
+    w.add_argument("--limit", type=int, default=None, metavar="N", help="at most N prompts")
+    w.add_argument("-n", "--max-tokens", type=int, default=128, metavar="N", help="new tokens per run (default 128)")
+    w.add_argument("--repeats", type=int, default=None, metavar="N", help="repeats of every run (default 3; 1 with --quick)")
+    w.add_argument("--quick", action="store_true", help="6 prompts, 1 repeat, fewer configurations: a few minutes")
+    s = p.add_argument_group("sweeps")
+    s.add_argument("--sweep-k", default="1,2,4,8", metavar="K,K", help="fixed draft lengths to sweep (default 1,2,4,8)")
+    s.add_argument("--draft-max", type=int, default=8, metavar="N", help="draft_max of the adaptive configurations (default 8)")
+    s.add_argument("--temp", type=float, default=0.8, metavar="T", help="temperature of the rejection vs match sweep (0 skips it; default 0.8)")
+    s.add_argument("--seed", type=int, default=1234, help="base seed of the sampled runs")
+    r = p.add_argument_group("peers and runtime")
+    r.add_argument("--native-dir", metavar="DIR", help="llama.cpp binaries (default: where scripts/build_native.sh puts them)")
+    r.add_argument("--no-native", action="store_true", help="skip llama-speculative-simple and llama-bench")
+    r.add_argument("--no-peers", action="store_true", help="skip every peer (native, llama-cpp-python, transformers)")
+    r.add_argument("--ctx", type=int, default=2048, metavar="N", help="context size (default 2048)")
+    r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", default="bench-out", metavar="DIR", help="output directory (default bench-out)")
+    o.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    o.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"{flag} takes comma-separated integers like 1,2,4,8, got {text!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise UserError(f"{flag} takes positive integers, got {text!r}")
+    return vals
+
+
+def run(args: argparse.Namespace) -> int:
+    from ggufspec import bench
+    from ggufspec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    # ---- validate everything before loading anything ----------------------------------------
+    k_values = _ints(args.sweep_k, "--sweep-k")
+    if args.max_tokens < 2:
+        raise UserError(f"-n must be >= 2, got {args.max_tokens}")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be >= 1, got {args.limit}")
+    repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
+    prompts = bench.load_prompts(args.prompts)
+    if args.category:
+        prompts = [p for p in prompts if p.category in args.category]
+        if not prompts:
+            raise UserError(f"no prompts of category {', '.join(args.category)}")
+    if args.quick and not args.prompts and not args.category:
+        prompts = bench.pick_prompts(prompts, QUICK_PROMPTS)
+    if args.limit:
+        prompts = prompts[: args.limit]
+    native: bool | Path = not (args.no_native or args.no_peers)
+    if native and args.native_dir:
+        d = Path(args.native_dir).expanduser()
+        if not (d / "llama-speculative-simple").is_file():
+            raise UserError(f"no llama-speculative-simple in {d}; run scripts/build_native.sh or drop --native-dir")
+        native = d
+
+    target = args.target or DEFAULT_TARGET
+    draft_refs = list(args.draft or [])
+    if not draft_refs:
+        draft_refs = [DEFAULT_DRAFT, bench.LOOKUP] if args.target is None else [bench.LOOKUP]
+    quants = args.draft_quants
+    if quants is None and not args.quick and not args.draft:
+        quants = FULL_DRAFT_QUANTS
+    drafts = [bench.DraftSpec(label=bench._label(ref), ref=ref) for ref in draft_refs]
+    seen = {d.label for d in drafts}
+    if quants:
+        for d in bench.derive_quant_drafts(target, quants.split(",")):
+            if d.label not in seen:
+                drafts.insert(len(drafts) - (1 if drafts[-1].ref == bench.LOOKUP else 0), d)
+                seen.add(d.label)
+
+    plan = bench.make_plan(
+        prompts=prompts, target=target, drafts=drafts, k_values=k_values, default_k=args.draft_max,
+        temperature=args.temp, repeats=repeats, max_tokens=args.max_tokens, n_ctx=args.ctx,
+        n_threads=args.threads, sweep_all_drafts=not args.quick, native=native,
+        native_k=None, llama_cpp_peer=not args.no_peers,
+        transformers_peer=not args.no_peers and not args.quick, quick=args.quick, seed=args.seed,
+    )
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+
+    # ---- run, with a progress bar on stderr ---------------------------------------------------
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    err = Console(stderr=True, highlight=False)
+    if plan.native_bin is None and native:
+        err.print(f"[yellow]llama.cpp native peers not found in {bench.native_dir()}: "
+                  "run scripts/build_native.sh once to measure against them[/]")
+    with Progress(
+        TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
+    ) as bar:
+        task = bar.add_task("bench", total=bench.count_runs(plan))
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label[:60].ljust(60), completed=done, total=total)
+
+        result = bench.run_bench(plan, progress=progress)
+    files = bench.write_outputs(result, out, plots=not args.no_plots)
+
+    s = result.summary
+    if args.json:
+        head = {k: v for k, v in s.items() if k not in ("configs", "by_category")}
+        print(json.dumps({"summary": head, "files": {k: [str(x) for x in v] if isinstance(v, list) else str(v)
+                                                      for k, v in files.items()}}, indent=1))
+        return 0
+    _print_table(err, result)
+    sys.stdout.write(f"wrote {out}/bench.json, runs.csv, bench.md" + (", *.png" if files.get("plots") else "") + "\n")
+    return 0
+
+
+def _print_table(console, result) -> None:
+    from rich.table import Table
+
+    s = result.summary
+
+    def f(x, fmt="{:.2f}"):
+        return "–" if x is None else fmt.format(x)
+
+    t = Table(title=f"ggufspec bench · {result.plan.target_label} target · {len(result.plan.prompts)} prompts "
+                    f"× {result.plan.repeats}", title_justify="left")
+    for col, just in (("configuration", "left"), ("tok/s", "right"), ("speedup", "right"), ("worst", "right"),
+                      ("accept", "right"), ("expected", "right"), ("draft/verify/py ms", "right")):
+        t.add_column(col, justify=just)
+    for c in s["configs"]:
+        mpt = c.get("ms_per_token") or {}
+        split = "/".join(f(mpt.get(k), "{:.1f}") for k in ("draft", "verify", "python")) if mpt else "–"
+        t.add_row(c["name"], f(c.get("tps"), "{:.1f}"), f(c.get("speedup")), f(c.get("speedup_min")),
+                  f(c.get("accept_rate"), "{:.0%}"), f(c.get("expected_speedup")), split)
+    console.print(t)
+    line = f"speedup {f(s['speedup'])}x ({s['default_config']})"
+    line += f"; vs native {f(s['vs_native'])}x" if s.get("vs_native") else "; vs native: peer absent"
+    if s.get("vs_llama_bench"):
+        line += f"; target alone / llama-bench {f(s['vs_llama_bench'], '{:.3f}')}"
+    console.print(line)
+    for note in result.peers.get("notes", []):
+        console.print(f"[dim]note: {note}[/]")

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Build llama.cpp's native peers for `ggufspec bench`: llama-speculative-simple and llama-bench.
+#
+# The source is the llama.cpp that ships inside the llama-cpp-python sdist (vendor/llama.cpp), at the
+# same version as the installed llama_cpp Python package, so both sides run the same kernels.
+# CPU only, Release, only those two targets. Run once; takes a while on a small machine.
+#
+#   scripts/build_native.sh                 # into ~/.cache/ggufspec/native (or $GGUFSPEC_NATIVE_DIR)
+#   JOBS=4 scripts/build_native.sh          # more parallel compile jobs (default 2)
+#   SDIST=path/to/llama_cpp_python-X.tar.gz scripts/build_native.sh   # use a downloaded sdist
+#
+# Afterwards `ggufspec bench` finds the binaries in <dir>/bin and measures against them.
+set -euo pipefail
+
+DIR="${GGUFSPEC_NATIVE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ggufspec/native}"
+JOBS="${JOBS:-2}"
+VERSION="${LLAMA_CPP_PYTHON_VERSION:-$(python -c 'import llama_cpp; print(llama_cpp.__version__)' 2>/dev/null || true)}"
+if [[ -z "$VERSION" ]]; then
+  echo "error: llama_cpp is not importable; set LLAMA_CPP_PYTHON_VERSION" >&2
+  exit 2
+fi
+
+mkdir -p "$DIR/src" "$DIR/bin"
+SDIST="${SDIST:-$DIR/src/llama_cpp_python-$VERSION.tar.gz}"
+if [[ ! -f "$SDIST" ]]; then
+  echo "downloading the llama-cpp-python $VERSION sdist (llama.cpp source is vendored inside)"
+  pip download "llama-cpp-python==$VERSION" --no-binary :all: --no-deps -d "$DIR/src"
+fi
+
+SRC="$DIR/src/llama_cpp_python-$VERSION/vendor/llama.cpp"
+if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
+  echo "extracting $SDIST"
+  tar xzf "$SDIST" -C "$DIR/src" "llama_cpp_python-$VERSION/vendor/llama.cpp"
+fi
+
+BUILD="$DIR/build-$VERSION"
+GEN=()
+command -v ninja >/dev/null && GEN=(-G Ninja)
+cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DBUILD_SHARED_LIBS=OFF \
+  -DGGML_NATIVE=ON \
+  -DLLAMA_CURL=OFF \
+  -DLLAMA_BUILD_TESTS=OFF \
+  -DLLAMA_BUILD_SERVER=OFF \
+  -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF
+cmake --build "$BUILD" --config Release -j "$JOBS" --target llama-speculative-simple llama-bench
+
+for exe in llama-speculative-simple llama-bench; do
+  found="$(find "$BUILD" -type f -name "$exe" -perm -u+x | head -n1)"
+  [[ -n "$found" ]] || { echo "error: $exe was not built" >&2; exit 1; }
+  cp "$found" "$DIR/bin/$exe"
+done
+echo "$VERSION" > "$DIR/bin/VERSION"
+echo "built: $DIR/bin/llama-speculative-simple $DIR/bin/llama-bench (llama.cpp from llama-cpp-python $VERSION)"

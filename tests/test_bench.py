@@ -1,0 +1,215 @@
+"""ggufspec bench: the formula, prompt files, and a whole bench on tiny models (fast)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import stat
+from pathlib import Path
+
+import pytest
+
+from ggufspec import bench
+from ggufspec.cli import main
+from ggufspec.errors import UserError
+
+# ---- the expected speedup (Leviathan et al. 2023, Theorem 3.8) ---------------------------------
+
+
+def test_expected_speedup_hand_values() -> None:
+    # a = 0.8, K = 4: 1 + .8 + .64 + .512 + .4096 = 3.3616 tokens per round
+    assert bench.expected_tokens_per_round(a=0.8, k=4) == pytest.approx(3.3616)
+    assert bench.expected_speedup(a=0.8, k=4, c=0.0) == pytest.approx(3.3616)
+    # a draft half as costly as the target: 3.3616 / (0.5 * 4 + 1)
+    assert bench.expected_speedup(a=0.8, k=4, c=0.5) == pytest.approx(3.3616 / 3.0)
+    # the measured default pair's regime: a = 0.9, c = 0.78 -> barely above 1 at its best K
+    assert bench.expected_speedup(a=0.9, k=1, c=0.78) == pytest.approx(1.9 / 1.78)
+    assert bench.expected_speedup(a=0.9, k=4, c=0.78) == pytest.approx((1 - 0.9**5) / (0.1 * 4.12))
+    # limits: nothing accepted costs cK + 1 for one token; everything accepted gives K + 1
+    assert bench.expected_speedup(a=0.0, k=3, c=0.2) == pytest.approx(1 / 1.6)
+    assert bench.expected_speedup(a=1.0, k=3, c=0.2) == pytest.approx(4 / 1.6)
+    # continuity at a -> 1
+    assert bench.expected_speedup(a=1 - 1e-9, k=3, c=0.2) == pytest.approx(4 / 1.6, rel=1e-6)
+    # pricing the verify call as measured (v plain steps) instead of 1
+    assert bench.expected_speedup_measured_verify(a=0.8, k=4, c=0.5, v=1.5) == pytest.approx(3.3616 / 3.5)
+    with pytest.raises(ValueError):
+        bench.expected_speedup(a=1.5, k=2, c=0.1)
+
+
+def test_alpha_counts_only_judged_tokens() -> None:
+    # rounds of K=4: [accept 4], [accept 1, reject] -> judged 4 + 2, kept 5
+    assert bench.estimate_alpha(accepted=5, rejections=1) == pytest.approx(5 / 6)
+    assert bench.estimate_alpha(accepted=0, rejections=0) == 0.0
+
+
+# ---- prompt files ---------------------------------------------------------------------------------
+
+
+def test_builtin_prompts() -> None:
+    prompts = bench.load_prompts()
+    assert len(prompts) >= 30
+    assert {p.category for p in prompts} >= set(bench.CATEGORIES)
+    assert len({p.id for p in prompts}) == len(prompts)
+    assert all(p.messages[-1]["role"] == "user" for p in prompts)
+    quick = bench.pick_prompts(prompts, {"chat": 3, "code": 1})
+    assert [p.category for p in quick] == ["chat", "chat", "chat", "code"]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('["a"]', "expected a JSON object"),
+        ('{"id": "a", "category": "chat"}', "missing 'messages'"),
+        ('{"id": "", "category": "chat", "messages": [{"role": "user", "content": "x"}]}', "'id' must be"),
+        ('{"id": "a", "category": "chat", "messages": []}', "non-empty list"),
+        ('{"id": "a", "category": "chat", "messages": [{"role": "robot", "content": "x"}]}', "unknown role"),
+        ('{"id": "a", "category": "chat", "messages": [{"role": "user"}]}', "string 'role' and 'content'"),
+        ('{"id": "a", "category": "chat", "messages": [{"role": "assistant", "content": "x"}]}', "last message"),
+    ],
+)
+def test_prompt_file_errors_name_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    f = tmp_path / "p.jsonl"
+    f.write_text('# a comment\n\n' + line + "\n")
+    with pytest.raises(UserError, match=message) as exc:
+        bench.load_prompts(f)
+    assert f"{f}:3:" in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_prompt_file_duplicates_empty_missing(tmp_path: Path) -> None:
+    ok = '{"id": "a", "category": "chat", "messages": [{"role": "user", "content": "hi"}]}'
+    f = tmp_path / "dup.jsonl"
+    f.write_text(ok + "\n" + ok + "\n")
+    with pytest.raises(UserError, match=r"dup.jsonl:2: duplicate id 'a'"):
+        bench.load_prompts(f)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n# nothing\n")
+    with pytest.raises(UserError, match="holds no prompts"):
+        bench.load_prompts(empty)
+    with pytest.raises(UserError, match="prompt file not found"):
+        bench.load_prompts(tmp_path / "missing.jsonl")
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--sweep-k", "1,x"]) == 2
+    assert main(["bench", "--sweep-k", "0,2"]) == 2
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{oops\n")
+    assert main(["bench", "--prompts", str(bad)]) == 2
+    assert main(["bench", "--repeats", "0"]) == 2
+    assert main(["bench", "--draft-quants", "Q9_9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 5 and all(line.startswith("error: ") for line in err)
+    assert "bad.jsonl:1" in err[2]
+
+
+# ---- peers' output parsing ----------------------------------------------------------------------------
+
+NATIVE_LOG = """
+encoded   40 tokens in    0.120 seconds, speed:  333.333 t/s
+decoded  129 tokens in    1.500 seconds, speed:   86.000 t/s
+
+n_draft   = 4
+n_predict = 129
+n_drafted = 120
+n_accept  = 99
+accept    = 82.500%
+"""
+
+
+def test_parse_native_speculative() -> None:
+    out = bench.parse_native_speculative(NATIVE_LOG)
+    assert out == {
+        "generated_tokens": 129, "gen_s": 1.5, "gen_tps": 86.0, "prompt_tokens": 40, "prompt_tps": 333.333,
+        "n_drafted": 120, "n_accept": 99,
+    }
+    with pytest.raises(ValueError):
+        bench.parse_native_speculative("something else")
+
+
+def _fake_native(dir: Path) -> Path:
+    """Stand-ins for llama-speculative-simple and llama-bench that print canned output."""
+    dir.mkdir()
+    spec = dir / "llama-speculative-simple"
+    spec.write_text("#!/bin/sh\ncat >&2 <<'EOF'\n" + NATIVE_LOG + "EOF\n")
+    lb = dir / "llama-bench"
+    lb.write_text(
+        "#!/bin/sh\ncat <<'EOF'\n"
+        '[{"n_prompt": 0, "n_gen": 12, "n_depth": 40, "n_threads": 1, "avg_ts": 100.0, "stddev_ts": 2.0,'
+        ' "samples_ts": [98.0, 102.0], "build_commit": "fake", "cpu_info": "fake cpu"}]\n'
+        "EOF\n"
+    )
+    for f in (spec, lb):
+        f.chmod(f.stat().st_mode | stat.S_IXUSR)
+    return dir
+
+
+# ---- a whole bench on tiny models -------------------------------------------------------------------
+
+
+def _tiny_prompts(tmp_path: Path) -> Path:
+    f = tmp_path / "prompts.jsonl"
+    rows = [
+        {"id": "c1", "category": "chat", "messages": [{"role": "user", "content": "Say hello to the world."}]},
+        {"id": "s1", "category": "summarise", "messages": [
+            {"role": "user", "content": "one two three four one two three four one two three. Repeat it."}]},
+    ]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return f
+
+
+def test_bench_library_on_tiny_models(tmp_path: Path, tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
+    native = _fake_native(tmp_path / "native")
+    plan = bench.make_plan(
+        prompts=bench.load_prompts(_tiny_prompts(tmp_path)), target=str(tiny_target_q8),
+        drafts=[bench.DraftSpec(label="q8", ref=str(tiny_draft_q8)), bench.DraftSpec(label="lookup", ref="lookup")],
+        k_values=(1, 3), default_k=4, temperature=0.8, repeats=1, max_tokens=12, n_ctx=512, n_threads=1,
+        native=native, native_k=(2,), llama_cpp_peer=False, sweep_all_drafts=False,
+    )
+    seen: list[tuple[int, int]] = []
+    result = bench.run_bench(plan, progress=lambda label, done, total: seen.append((done, total)))
+    assert seen[-1][0] == seen[-1][1] == bench.count_runs(plan)
+    assert all(r.error is None for r in result.runs), [r.error for r in result.runs if r.error]
+    s = result.summary
+    # greedy speculative output is the target alone's, token for token (Q8_0 is batch-invariant)
+    assert s["identical_greedy"] == 1.0
+    assert s["vs_native"] == pytest.approx(s["best_ours"]["tps"] / 86.0)
+    assert s["llama_bench_tps"] == 100.0
+    assert set(s["sampling"]) == {"rejection", "match"}
+    by = {c["name"]: c for c in s["configs"]}
+    q8 = by["q8 K=3"]
+    assert 0.0 <= q8["accept_rate"] <= 1.0 and q8["c"] > 0
+    assert q8["expected_speedup"] == pytest.approx(bench.expected_speedup(a=q8["alpha"], k=q8["k_eff"], c=q8["c"]))
+    assert len(q8["accept_rate_by_position"]) == 3
+
+
+def test_bench_cli_writes_json_csv_markdown_plots(
+    tmp_path: Path, tiny_target_q8: Path, tiny_draft_q8: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    rc = main([
+        "bench", "--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "lookup",
+        "--prompts", str(_tiny_prompts(tmp_path)), "--sweep-k", "1,2", "--draft-max", "3", "-n", "10",
+        "--repeats", "1", "--temp", "0", "--threads", "1", "--ctx", "512", "--no-native",
+        "--out", str(out), "--json",
+    ])
+    assert rc == 0
+    printed = json.loads(capsys.readouterr().out)
+    data = json.loads((out / "bench.json").read_text())
+    assert printed["summary"]["speedup"] == data["summary"]["speedup"]
+    s = data["summary"]
+    assert isinstance(s["speedup"], float) and math.isfinite(s["speedup"]) and s["speedup"] > 0
+    assert s["vs_native"] is None  # the native peer was not asked for
+    assert data["machine"]["physical_cores"] >= 1 and data["machine"]["versions"]["llama_cpp"]
+    assert {c["name"] for c in s["configs"]} >= {"target alone", "tiny_draft.Q8_0 adaptive K<=3", "lookup adaptive K<=3",
+                                                  "llama-cpp-python alone", "llama-cpp-python lookup"}
+    with (out / "runs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(data["runs"]) and rows[0]["config"] == "target alone"
+    md = (out / "bench.md").read_text()
+    assert "| configuration |" in md and "llama.cpp native peers absent" not in md
+    for name in ("tps_vs_k", "accept_by_position", "time_split", "speedup_expected"):
+        png = out / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
