@@ -259,8 +259,9 @@ class Context:
                 f"llama.cpp could not create a context of {settings.n_ctx} tokens for {model.path.name}; "
                 "try a smaller --ctx, or f16 KV cache (quantized V cache needs flash attention)"
             )
+        # llama.cpp may round n_ctx up and clamp n_batch to it: use what it actually made.
         self.n_ctx: int = llama.llama_n_ctx(self._ptr)
-        self.n_batch = settings.n_batch
+        self.n_batch: int = llama.llama_n_batch(self._ptr)
         self._mem = llama.llama_get_memory(self._ptr)
         self._batch = llama.llama_batch_init(self.n_batch, 0, 1)
         self._n_vocab = model.n_vocab

@@ -266,7 +266,7 @@ def _steps(
             # Budget: tokens we may still emit; a round of K drafts emits up to K+1 and needs
             # K+1 free KV slots (the last history token is not yet in the target's cache).
             remaining = min(max_tokens - generated, target.n_ctx - len(history))
-            k = min(length.current, remaining - 1)
+            k = min(length.current, remaining - 1, target.n_batch - 1)  # verify fits one batch
             draft_tokens: tuple[int, ...] = ()
             q_rows: tuple = ()
             if drafter is not None and k > 0:
