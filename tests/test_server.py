@@ -1,0 +1,373 @@
+"""The OpenAI-compatible server as its users meet it: a real `ggufspec serve` process on 127.0.0.1,
+the official `openai` client for the happy paths, raw HTTP (httpx) for the error cases.
+
+Greedy output through the server (speculative, tiny Q8_0 target + noised Q8_0 draft) must equal the
+target alone run in-process on the same file: Q8_0 logits are batch-invariant on CPU, so greedy
+speculative decoding is token-identical to plain decoding (conftest.py, tiny_target_q8).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+httpx = pytest.importorskip("httpx")
+openai = pytest.importorskip("openai")
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from ggufspec.runtime import PairSettings, load_pair  # noqa: E402
+
+API_KEY = "sk-test-ggufspec"
+N_CTX = 4096
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+@dataclass
+class Server:
+    proc: subprocess.Popen
+    url: str
+    log: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and httpx.get(f"{self.url}/health", timeout=5).status_code == 200
+
+
+def _start(target: Path, draft: Path, log: Path) -> Server:
+    """Start `ggufspec serve` on a free port; bounded wait for the port line and /health."""
+    out = log.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ggufspec.cli", "serve", "--target", str(target), "--draft", str(draft),
+         "--host", "127.0.0.1", "--port", "0", "--threads", "1", "--ctx", str(N_CTX), "--queue", "1",
+         "--api-key", API_KEY, "--log-level", "warning"],
+        stdout=out, stderr=subprocess.STDOUT,
+    )
+    out.close()
+    deadline = time.monotonic() + 60
+    url = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the server exited with {proc.returncode}:\n{log.read_text()}")
+        if url is None:
+            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
+            url = m.group(1) if m else None
+        if url is not None:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    return Server(proc, url, log)
+            except httpx.TransportError:
+                pass
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"the server did not come up in 60 s:\n{log.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_target_q8: Path, tiny_draft_q8: Path, tmp_path_factory: pytest.TempPathFactory):
+    srv = _start(tiny_target_q8, tiny_draft_q8, tmp_path_factory.mktemp("server") / "server.log")
+    yield srv
+    srv.proc.terminate()
+    try:
+        rc = srv.proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        srv.proc.kill()
+        pytest.fail("the server did not stop within 15 s of SIGTERM")
+    # uvicorn shuts down gracefully, then re-raises the signal it caught (exit status -SIGTERM)
+    assert rc in (0, -signal.SIGTERM), srv.log.read_text()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def client(server: Server):
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=API_KEY, max_retries=0, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_target_q8: Path):
+    """The target alone, in-process, on the same file: what greedy output must be."""
+    pair = load_pair(target=tiny_target_q8, draft=None, settings=PairSettings(n_ctx=N_CTX, n_threads=1))
+
+    def run(*, prompt=None, messages=None, max_tokens: int, stop=()):
+        tokens = pair.encode(prompt=prompt, messages=messages)
+        gen = pair.generate(prompt_tokens=tokens, max_tokens=max_tokens, stop=list(stop), use_draft=False).run()
+        return gen.text, gen.stats
+
+    yield run
+    pair.close()
+
+
+def _metric(server: Server, name: str) -> float:
+    text = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=10).text
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+PROMPTS = ["Once upon a time", "def quicksort(xs):", "The capital of France is"]
+CHATS = [
+    [{"role": "user", "content": "Write a haiku about the sea."}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three colours."}],
+]
+
+
+# ---- the happy paths, through the official client ------------------------------------------------
+
+
+def test_models_health_and_metrics(server: Server, client) -> None:
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["tiny_target.Q8_0"]
+    assert client.models.retrieve("tiny_target.Q8_0").id == "tiny_target.Q8_0"
+    health = httpx.get(f"{server.url}/health", timeout=5)  # open without the key
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    metrics = httpx.get(f"{server.url}/metrics", headers=AUTH, timeout=5)
+    assert metrics.status_code == 200
+    assert metrics.headers["content-type"].startswith("text/plain")
+    for name in ("ggufspec_accept_rate", "ggufspec_queue_depth", "ggufspec_busy", "ggufspec_drafted_tokens_total",
+                 "ggufspec_accepted_tokens_total", "ggufspec_time_to_first_token_seconds_bucket"):
+        assert re.search(rf"^{name}", metrics.text, re.M), name
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_completion_greedy_equals_target_alone(client, reference, prompt: str) -> None:
+    want, stats = reference(prompt=prompt, max_tokens=40)
+    resp = client.completions.create(model="any", prompt=prompt, max_tokens=40, temperature=0)
+    assert resp.choices[0].text == want
+    assert resp.choices[0].finish_reason == ("length" if stats.stop_reason == "length" else "stop")
+    assert resp.usage.completion_tokens == stats.generated_tokens
+    assert resp.usage.prompt_tokens == stats.prompt_tokens
+    spec = resp.model_extra["speculative"]
+    assert spec["draft"] == "tiny_draft.Q8_0.gguf"
+    assert spec["drafted"] > 0 and 0 <= spec["accepted"] <= spec["drafted"]
+    assert set(spec) >= {"accept_rate", "mean_accepted_len", "gen_tps"}
+
+
+def test_completion_stream_equals_target_alone(client, reference) -> None:
+    want, stats = reference(prompt=PROMPTS[0], max_tokens=48)
+    texts, usage = [], None
+    for chunk in client.completions.create(
+        model="any", prompt=PROMPTS[0], max_tokens=48, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    ):
+        texts.extend(c.text for c in chunk.choices)
+        usage = chunk.usage or usage
+    assert "".join(texts) == want
+    assert usage.completion_tokens == stats.generated_tokens
+
+
+@pytest.mark.parametrize("messages", CHATS)
+def test_chat_greedy_equals_target_alone(client, reference, messages) -> None:
+    want, stats = reference(messages=messages, max_tokens=32)
+    resp = client.chat.completions.create(model="any", messages=messages, max_tokens=32, temperature=0)
+    assert resp.choices[0].message.role == "assistant"
+    assert resp.choices[0].message.content == want
+    assert resp.usage.prompt_tokens == stats.prompt_tokens
+    assert resp.model_extra["speculative"]["drafted"] > 0
+
+
+def test_chat_stream_equals_target_alone(client, reference) -> None:
+    want, stats = reference(messages=CHATS[1], max_tokens=32)
+    deltas, finish = [], None
+    for chunk in client.chat.completions.create(
+        model="any", messages=CHATS[1], max_tokens=32, temperature=0, stream=True,
+    ):
+        for c in chunk.choices:
+            deltas.append(c.delta.content or "")
+            finish = c.finish_reason or finish
+    assert "".join(deltas) == want
+    assert finish == ("length" if stats.stop_reason == "length" else "stop")
+
+
+def test_stop_strings_reach_the_engine(client, reference) -> None:
+    full, _ = reference(prompt=PROMPTS[1], max_tokens=40)
+    stop = full.split()[len(full.split()) // 2]  # a word from the middle of the greedy text
+    want, stats = reference(prompt=PROMPTS[1], max_tokens=40, stop=[stop])
+    resp = client.completions.create(model="any", prompt=PROMPTS[1], max_tokens=40, temperature=0, stop=[stop])
+    assert resp.choices[0].text == want and stop not in want
+    assert stats.stop_reason == "stop" and resp.choices[0].finish_reason == "stop"
+
+
+def test_seeded_sampling_repeats_and_speculative_fields_apply(client) -> None:
+    kw = dict(model="any", prompt=PROMPTS[2], max_tokens=24, temperature=0.9, top_p=0.95, seed=7)
+    a = client.completions.create(**kw, extra_body={"accept": "rejection", "draft_max": 3, "top_k": 50})
+    b = client.completions.create(**kw, extra_body={"accept": "rejection", "draft_max": 3, "top_k": 50})
+    assert a.choices[0].text == b.choices[0].text
+    c = client.completions.create(**kw, extra_body={"accept": "match", "draft_max": 2})
+    assert c.usage.completion_tokens == 24
+
+
+def test_raw_sse_ends_with_done(server: Server) -> None:
+    body = {"messages": CHATS[0], "max_tokens": 8, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, headers=AUTH, timeout=30) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in r.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+    assert all(line.startswith("data: ") for line in lines)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+    assert chunks[-1]["usage"]["completion_tokens"] >= 1 and "speculative" in chunks[-1]
+
+
+# ---- errors, through raw HTTP ------------------------------------------------------------------
+
+C, CHAT = "/v1/completions", "/v1/chat/completions"
+BAD = [
+    # (id, path, raw body, expected param, expected code)
+    ("malformed-json", C, b'{"prompt": "x",', None, "invalid_json"),
+    ("not-an-object", C, b"[1, 2]", None, "invalid_json"),
+    ("nan", C, b'{"prompt": "x", "temperature": NaN}', None, "invalid_json"),
+    ("missing-prompt", C, {"max_tokens": 3}, "prompt", "missing_required_parameter"),
+    ("max-tokens-string", C, {"prompt": "x", "max_tokens": "10"}, "max_tokens", "invalid_type"),
+    ("prompt-number", C, {"prompt": 5}, "prompt", "invalid_type"),
+    ("stream-string", C, {"prompt": "x", "stream": "yes"}, "stream", "invalid_type"),
+    ("stop-mixed", C, {"prompt": "x", "stop": ["a", 1]}, "stop", "invalid_type"),
+    ("messages-string", CHAT, {"messages": "hi"}, "messages", "invalid_type"),
+    ("content-number", CHAT, {"messages": [{"role": "user", "content": 5}]}, "messages", "invalid_type"),
+    ("messages-empty", CHAT, {"messages": []}, "messages", "invalid_value"),
+    ("temperature-high", C, {"prompt": "x", "temperature": 2.5}, "temperature", "invalid_value"),
+    ("top-p-zero", C, {"prompt": "x", "top_p": 0}, "top_p", "invalid_value"),
+    ("min-p-one", C, {"prompt": "x", "min_p": 1.0}, "min_p", "invalid_value"),
+    ("top-k-negative", C, {"prompt": "x", "top_k": -1}, "top_k", "invalid_value"),
+    ("max-tokens-zero", C, {"prompt": "x", "max_tokens": 0}, "max_tokens", "invalid_value"),
+    ("seed-negative", C, {"prompt": "x", "seed": -1}, "seed", "invalid_value"),
+    ("draft-max-zero", C, {"prompt": "x", "draft_max": 0}, "draft_max", "invalid_value"),
+    ("draft-max-huge", C, {"prompt": "x", "draft_max": 100000}, "draft_max", "invalid_value"),
+    ("accept-unknown", C, {"prompt": "x", "accept": "sometimes"}, "accept", "invalid_value"),
+    ("accept-greedy-sampling", C, {"prompt": "x", "accept": "greedy", "temperature": 0.5}, "accept", "invalid_value"),
+    ("n-3", C, {"prompt": "x", "n": 3}, "n", "invalid_value"),
+    ("chat-n-2", CHAT, {"messages": CHATS[0], "n": 2}, "n", "invalid_value"),
+    ("token-out-of-vocab", C, {"prompt": [1, 10**9]}, "prompt", "invalid_value"),
+    ("two-prompts", C, {"prompt": ["a", "b"]}, "prompt", "invalid_value"),
+    ("empty-prompt", C, {"prompt": ""}, "prompt", "invalid_value"),
+    ("image-part", CHAT, {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages", "invalid_value"),
+    ("prompt-over-context", C, {"prompt": "hello " * (N_CTX + 100)}, "prompt", "context_length_exceeded"),
+    ("chat-over-context", CHAT, {"messages": [{"role": "user", "content": "hello " * (N_CTX + 100)}]}, "messages", "context_length_exceeded"),
+    ("oversize-body", C, {"prompt": "x" * (2 << 20)}, None, "request_too_large"),
+]
+
+
+@pytest.mark.parametrize("path,body,param,code", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_requests_get_openai_shaped_400(server: Server, path, body, param, code) -> None:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    r = httpx.post(f"{server.url}{path}", content=raw, headers={**AUTH, "Content-Type": "application/json"}, timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"] and "\n" not in err["message"]
+    assert err["type"] == "invalid_request_error"
+    assert (err["param"], err["code"]) == (param, code)
+
+
+def test_the_server_survives_bad_requests(server: Server, client) -> None:
+    for _, path, body, _, _ in BAD[:6]:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        httpx.post(f"{server.url}{path}", content=raw, headers=AUTH, timeout=30)
+    assert server.alive()
+    r = httpx.post(f"{server.url}{C}", json={"prompt": "x", "max_tokens": 2, "foo": {"bar": [1]}, "user": "u"},
+                   headers=AUTH, timeout=30)
+    assert r.status_code == 200  # unknown fields are ignored
+    assert client.completions.create(model="any", prompt="ok", max_tokens=2).usage.completion_tokens == 2
+    r = httpx.get(f"{server.url}/no/such/route", headers=AUTH, timeout=5)
+    assert r.status_code == 404 and set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_api_key_required(server: Server) -> None:
+    body = {"prompt": "x", "max_tokens": 2}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": API_KEY}):
+        r = httpx.post(f"{server.url}{C}", json=body, headers=headers, timeout=10)
+        assert r.status_code == 401
+        assert r.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(f"{server.url}/v1/models", timeout=10).status_code == 401
+    assert httpx.get(f"{server.url}/metrics", timeout=10).status_code == 401
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0) as bad:
+        with pytest.raises(openai.AuthenticationError):
+            bad.completions.create(model="any", prompt="x", max_tokens=2)
+
+
+# ---- load and faults ---------------------------------------------------------------------------
+
+
+def _wait_until(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail("condition not reached in time")
+        time.sleep(0.01)
+
+
+def test_full_queue_gets_429_with_retry_after(server: Server) -> None:
+    """--queue 1: one generation runs, one request waits, the third is refused at once."""
+    long = {"prompt": PROMPTS[0], "max_tokens": 2000, "temperature": 0, "stream": True}
+    results: dict[str, httpx.Response] = {}
+    health = lambda: httpx.get(f"{server.url}/health", timeout=5).json()  # noqa: E731
+    with httpx.Client(timeout=60, headers=AUTH) as c1, c1.stream("POST", f"{server.url}{C}", json=long) as running:
+        assert running.status_code == 200
+        lines = running.iter_lines()  # keep it: a dropped iterator closes the connection
+        next(lines)  # generating now
+        waiter = threading.Thread(target=lambda: results.setdefault(
+            "waiting", httpx.post(f"{server.url}{C}", json={"prompt": "x", "max_tokens": 2}, headers=AUTH, timeout=60)))
+        waiter.start()
+        _wait_until(lambda: health()["queue_depth"] == 1)
+        r = httpx.post(f"{server.url}{C}", json={"prompt": "y", "max_tokens": 2}, headers=AUTH, timeout=10)
+        assert r.status_code == 429
+        assert int(r.headers["Retry-After"]) >= 1
+        assert r.json()["error"]["code"] == "queue_full" and r.json()["error"]["type"] == "rate_limit_error"
+    # leaving the `with` closed the long stream: the waiting request runs now
+    waiter.join(timeout=30)
+    assert results["waiting"].status_code == 200
+    assert server.alive()
+
+
+KILLED_CLIENT = """
+import sys, httpx
+url, key = sys.argv[1], sys.argv[2]
+body = {"prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0, "stream": True}
+with httpx.stream("POST", url + "/v1/completions", json=body, headers={"Authorization": "Bearer " + key}, timeout=60) as r:
+    for i, line in enumerate(r.iter_lines()):
+        if i == 10:
+            print("streaming", flush=True)
+"""
+
+
+def test_killed_client_frees_the_pair_within_a_step(server: Server, client, tmp_path: Path) -> None:
+    # How long would the killed request have run? Measure this server's speed on the same prompt.
+    probe = client.completions.create(model="any", prompt="Once upon a time", max_tokens=200, temperature=0)
+    tps = probe.model_extra["speculative"]["gen_tps"]
+    assert probe.usage.completion_tokens == 200  # the tiny model does not stop early on this prompt
+    full_run_s = 2000 / tps
+    cancelled0 = _metric(server, 'ggufspec_generations_total{stop_reason="cancelled"}')
+    generated0 = _metric(server, "ggufspec_generated_tokens_total")
+
+    script = tmp_path / "client.py"
+    script.write_text(KILLED_CLIENT)
+    proc = subprocess.Popen([sys.executable, str(script), server.url, API_KEY], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "streaming"
+        t_kill = time.perf_counter()
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # The next request: its first token comes within about one decode step of the kill.
+    stream = client.completions.create(model="any", prompt="Hello", max_tokens=2, temperature=0, stream=True)
+    next(iter(stream))
+    waited = time.perf_counter() - t_kill
+    stream.close()
+    print(f"\nafter the kill, the next request streamed its first token in {waited * 1000:.0f} ms; "
+          f"its full 2000 tokens would take ~{full_run_s:.1f} s")
+    assert waited < min(1.0, full_run_s / 5), f"next request waited {waited:.3f} s; full run {full_run_s:.1f} s"
+
+    _wait_until(lambda: _metric(server, 'ggufspec_generations_total{stop_reason="cancelled"}') > cancelled0)
+    generated = _metric(server, "ggufspec_generated_tokens_total") - generated0
+    assert generated < 1000, f"the killed generation went on: {generated} tokens"
+    assert server.alive()
