@@ -31,6 +31,7 @@ free memory (or packed in order when they do not all fit).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal, Sequence
 
 from ggufspec.errors import UserError
@@ -641,3 +642,48 @@ def _advice(plan: OffloadPlan, target: ModelInfo, draft: ModelInfo | None, spec:
     if per_gpu_extra:
         lines.append(f"about {_fmt(per_gpu_extra)} more free GPU memory would fit the pair at these settings")
     return lines
+
+
+# ---- for loading ---------------------------------------------------------------------------
+
+
+def plan_for_load(
+    *,
+    target: Path | str,
+    draft: Path | str | None,
+    gpus: Sequence[object],
+    n_ctx: int,
+    cache_type: str = "f16",
+    n_batch: int = 512,
+    flash_attn: Literal["auto", "on", "off"] = "auto",
+    margin_bytes: int = DEFAULT_MARGIN,
+) -> tuple[dict[str, object], dict[str, object]]:
+    """Load arguments for a target and a draft file on these GPUs (what `--ngl auto` uses).
+
+    Args:
+        target: the target GGUF (first shard).
+        draft: the draft GGUF, or None.
+        gpus: `devices.Gpu` objects (index, name, free_bytes, total_bytes).
+        n_ctx: context size of both contexts.
+        cache_type: KV cache type of both.
+        n_batch: batch size of both contexts.
+        flash_attn: flash attention mode.
+        margin_bytes: memory to keep free on each GPU.
+
+    Returns:
+        (target kwargs, draft kwargs), each with n_gpu_layers, tensor_split and main_gpu
+        (`backend.ModelSettings` fields); the draft's are all-CPU when there is no draft.
+
+    Raises:
+        UserError: unreadable GGUF, or a KV cache type the model cannot use.
+    """
+    from ggufspec.ggufinfo import read_model_info
+
+    spec = ContextSpec(n_ctx=n_ctx, cache_type_k=cache_type, cache_type_v=cache_type, n_batch=n_batch,
+                       n_ubatch=min(n_batch, 512), flash_attn=flash_attn)
+    t_info = read_model_info(target)
+    d_info = read_model_info(draft) if draft is not None else None
+    plan = plan_offload(target=t_info, draft=d_info, gpus=GpuBudget.from_gpus(gpus), spec=spec,
+                        margin_bytes=margin_bytes, advise=False)
+    cpu: dict[str, object] = {"n_gpu_layers": 0, "tensor_split": None, "main_gpu": 0}
+    return plan.to_load_kwargs("target"), (plan.to_load_kwargs("draft") if plan.draft is not None else cpu)

@@ -303,3 +303,15 @@ def test_smollm2_pair_on_simulated_gpus(smollm2_q4_1: Path) -> None:
     for sizes in ((), (1.2,), (1.6,), (2, 1.2)):
         plan = plan_offload(target=info, draft=info, gpus=gpus(*sizes), spec=ContextSpec(n_ctx=4096))
         check_invariants(plan, info, info)
+
+
+def test_plan_for_load(smollm2_q4_1: Path, tiny_target: Path) -> None:
+    """What `run --ngl auto` calls: load arguments from files and detected GPUs."""
+    from ggufspec.devices import budget_gpus
+    from ggufspec.plan import plan_for_load
+
+    t, d = plan_for_load(target=smollm2_q4_1, draft=tiny_target, gpus=budget_gpus((8 * GiB, 2 * GiB)), n_ctx=4096)
+    assert t["n_gpu_layers"] == 31 and d["n_gpu_layers"] == 3
+    assert d["tensor_split"] == (3.0, 0.0) and d["main_gpu"] == 0
+    t, d = plan_for_load(target=smollm2_q4_1, draft=None, gpus=(), n_ctx=4096)
+    assert t == d == {"n_gpu_layers": 0, "tensor_split": None, "main_gpu": 0}
