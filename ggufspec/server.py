@@ -513,6 +513,12 @@ class _JobStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self.job.cancel.set()
+            # A disconnect cancels the response while the body generator may sit at a `yield`;
+            # close it now so its cleanup (metrics) runs here, not whenever it is collected.
+            try:
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            except RuntimeError:
+                pass
 
 
 # ---- the app -----------------------------------------------------------------------------------

@@ -346,6 +346,8 @@ def test_killed_client_frees_the_pair_within_a_step(server: Server, client, tmp_
     full_run_s = 2000 / tps
     cancelled0 = _metric(server, 'ggufspec_generations_total{stop_reason="cancelled"}')
     generated0 = _metric(server, "ggufspec_generated_tokens_total")
+    gone = 'ggufspec_requests_total{endpoint="/v1/completions",outcome="cancelled"}'
+    gone0 = _metric(server, gone)
 
     script = tmp_path / "client.py"
     script.write_text(KILLED_CLIENT)
@@ -368,6 +370,17 @@ def test_killed_client_frees_the_pair_within_a_step(server: Server, client, tmp_
     assert waited < min(1.0, full_run_s / 5), f"next request waited {waited:.3f} s; full run {full_run_s:.1f} s"
 
     _wait_until(lambda: _metric(server, 'ggufspec_generations_total{stop_reason="cancelled"}') > cancelled0)
+    _wait_until(lambda: _metric(server, gone) > gone0, timeout=2)
     generated = _metric(server, "ggufspec_generated_tokens_total") - generated0
     assert generated < 1000, f"the killed generation went on: {generated} tokens"
     assert server.alive()
+
+
+def test_disconnected_plain_request_is_cancelled(server: Server) -> None:
+    """A non-streaming client that gives up (timeout) stops its generation too."""
+    cancelled0 = _metric(server, 'ggufspec_generations_total{stop_reason="cancelled"}')
+    body = {"prompt": PROMPTS[0], "max_tokens": 2000, "temperature": 0}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{server.url}{C}", json=body, headers=AUTH, timeout=httpx.Timeout(10, read=0.3))
+    _wait_until(lambda: _metric(server, 'ggufspec_generations_total{stop_reason="cancelled"}') > cancelled0, timeout=2)
+    assert not httpx.get(f"{server.url}/health", timeout=5).json()["busy"]
