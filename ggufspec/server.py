@@ -25,10 +25,10 @@ import hmac
 import json
 import logging
 import math
-import queue
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Literal
 
@@ -186,7 +186,7 @@ def _validation_error(exc: ValidationError) -> APIError:
         msg = f"invalid '{path}': {err['msg']}"
         if "input" in err and not isinstance(err["input"], (dict, list)):
             msg += f", got {json.dumps(err['input'])[:80]}"
-    code = "invalid_type" if kind.endswith("_type") or kind in ("model_type", "list_type", "dict_type") else "invalid_value"
+    code = "invalid_type" if kind.endswith("_type") else "invalid_value"
     return APIError(400, msg, param=param, code=code)
 
 
@@ -256,15 +256,15 @@ async def _read_json(request: Request, limit: int) -> dict:
         if n > 64 * limit:
             raise too_large  # far too big to be worth reading; the connection will be closed
     body = bytearray()
-    over = False
+    received = 0
     async for chunk in request.stream():
-        if over or len(body) + len(chunk) > limit:
-            over = True  # keep reading (and dropping) so the client gets the 400, not a reset
-            if len(body) + len(chunk) > 64 * limit:
-                break
-            continue
-        body += chunk
-    if over:
+        received += len(chunk)
+        if received > 64 * limit:
+            break
+        if received <= limit:
+            body += chunk
+        # else keep reading (and dropping): the client then gets the 400, not a connection reset
+    if received > limit:
         raise too_large
 
     def no_constants(name: str) -> Any:
@@ -355,20 +355,20 @@ class _Metrics:
 
 
 class _Worker:
-    """The one thread that touches the pair's llama.cpp contexts."""
+    """The one thread that touches the pair's llama.cpp contexts, and its bounded waiting line."""
 
     def __init__(self, pair: SpeculativePair, *, queue_size: int, metrics: _Metrics) -> None:
         self.pair = pair
         self.queue_size = queue_size
         self.metrics = metrics
-        # queue.Queue(0) would be unbounded: with queue_size 0 nothing may wait, handled in submit()
-        self._jobs: queue.Queue[_Job] = queue.Queue(maxsize=max(queue_size, 1))
-        self._stopping = threading.Event()
+        self._cond = threading.Condition()
+        self._waiting: deque[_Job] = deque()
         self._current: _Job | None = None
+        self._stopping = False
         self._mean_s = 1.0  # running mean of job durations, for Retry-After
         self._thread = threading.Thread(target=self._run, name="ggufspec-generate", daemon=True)
-        metrics.queue_depth.set_function(self._jobs.qsize)
-        metrics.busy.set_function(lambda: 1.0 if self._current is not None else 0.0)
+        metrics.queue_depth.set_function(self.depth)
+        metrics.busy.set_function(lambda: 1.0 if self.busy else 0.0)
 
     @property
     def alive(self) -> bool:
@@ -379,62 +379,69 @@ class _Worker:
         return self._current is not None
 
     def depth(self) -> int:
-        return self._jobs.qsize()
+        """Requests waiting whose clients are still there."""
+        with self._cond:
+            return sum(not j.cancel.is_set() for j in self._waiting)
 
     def start(self) -> None:
-        if not self._thread.is_alive() and not self._stopping.is_set():
+        if not self._thread.is_alive() and not self._stopping:
             self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Refuse new jobs, fail the waiting ones, cancel the running one, join the thread."""
-        self._stopping.set()
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
+        with self._cond:
+            self._stopping = True
+            waiting, self._waiting = list(self._waiting), deque()
+            if self._current is not None:
+                self._current.cancel.set()
+            self._cond.notify_all()
+        for job in waiting:
             job.cancel.set()
             job.emit("error", _shutting_down())
-        current = self._current
-        if current is not None:
-            current.cancel.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
     def submit(self, job: _Job) -> None:
-        if self._stopping.is_set() or not self._thread.is_alive():
-            raise _shutting_down()
-        full = self.queue_size == 0 and (self._current is not None or self._jobs.qsize() > 0)
-        if not full:
-            try:
-                self._jobs.put_nowait(job)
+        """Queue a job, or raise 429 (queue full) / 503 (shutting down)."""
+        with self._cond:
+            if self._stopping or not self._thread.is_alive():
+                raise _shutting_down()
+            # Jobs whose clients left give their places up now, not when the worker reaches them.
+            if any(j.cancel.is_set() for j in self._waiting):
+                self._waiting = deque(j for j in self._waiting if not j.cancel.is_set())
+            idle = self._current is None and not self._waiting
+            if idle or len(self._waiting) < self.queue_size:
+                self._waiting.append(job)
+                self._cond.notify()
                 return
-            except queue.Full:
-                pass
-        wait = max(1, math.ceil(self._mean_s * (self._jobs.qsize() + 1)))
+            n = len(self._waiting)
+        wait = max(1, math.ceil(self._mean_s * (n + 1)))
         raise APIError(
-            429, f"the server is busy (one generation running, {self._jobs.qsize()} waiting); retry in {wait} s",
+            429, f"the server is busy (one generation running, {n} waiting); retry in {wait} s",
             type="rate_limit_error", code="queue_full", headers={"Retry-After": str(wait)},
         )
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                job = self._jobs.get(timeout=0.25)
-            except queue.Empty:
-                continue
-            if job.cancel.is_set():  # the client left while waiting
-                job.emit("end", None)
-                continue
-            self._current = job
+        while True:
+            with self._cond:
+                while not self._waiting and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                job = self._waiting.popleft()
+                if job.cancel.is_set():  # the client left while waiting
+                    continue
+                self._current = job
             t0 = time.perf_counter()
             try:
                 self._generate(job)
             except Exception as exc:  # never let one request kill the worker
                 log.exception("generation failed")
-                job.emit("error", APIError(500, f"generation failed: {type(exc).__name__}: {exc}", type="server_error", code="internal_error"))
+                job.emit("error", APIError(500, f"generation failed: {type(exc).__name__}: {exc}",
+                                           type="server_error", code="internal_error"))
             finally:
-                self._current = None
+                with self._cond:
+                    self._current = None
                 self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - t0)
 
     def _generate(self, job: _Job) -> None:
@@ -462,7 +469,7 @@ class _Worker:
             gen.close()  # no-op when the generation ran to its end
         if gen.stats is not None:
             self.metrics.record(gen.stats)
-        if self._stopping.is_set() and job.cancel.is_set():
+        if self._stopping and job.cancel.is_set():
             job.emit("error", _shutting_down())
         else:
             job.emit("end", gen.stats)

@@ -305,25 +305,41 @@ def _wait_until(predicate, timeout: float = 10.0) -> None:
 
 
 def test_full_queue_gets_429_with_retry_after(server: Server) -> None:
-    """--queue 1: one generation runs, one request waits, the third is refused at once."""
+    """--queue 1: one generation runs, one request waits, the next is refused at once; a waiting
+    client that leaves gives its place up."""
     long = {"prompt": PROMPTS[0], "max_tokens": 2000, "temperature": 0, "stream": True}
-    results: dict[str, httpx.Response] = {}
+    short = {"prompt": "x", "max_tokens": 2}
+    results: dict[str, object] = {}
     health = lambda: httpx.get(f"{server.url}/health", timeout=5).json()  # noqa: E731
+
+    def post(name: str, read_timeout: float) -> None:
+        try:
+            results[name] = httpx.post(f"{server.url}{C}", json=short, headers=AUTH,
+                                       timeout=httpx.Timeout(10, read=read_timeout))
+        except httpx.ReadTimeout as exc:
+            results[name] = exc
+
     with httpx.Client(timeout=60, headers=AUTH) as c1, c1.stream("POST", f"{server.url}{C}", json=long) as running:
         assert running.status_code == 200
         lines = running.iter_lines()  # keep it: a dropped iterator closes the connection
         next(lines)  # generating now
-        waiter = threading.Thread(target=lambda: results.setdefault(
-            "waiting", httpx.post(f"{server.url}{C}", json={"prompt": "x", "max_tokens": 2}, headers=AUTH, timeout=60)))
-        waiter.start()
+        leaver = threading.Thread(target=post, args=("leaver", 1.0))
+        leaver.start()
         _wait_until(lambda: health()["queue_depth"] == 1)
-        r = httpx.post(f"{server.url}{C}", json={"prompt": "y", "max_tokens": 2}, headers=AUTH, timeout=10)
+        r = httpx.post(f"{server.url}{C}", json=short, headers=AUTH, timeout=10)
         assert r.status_code == 429
         assert int(r.headers["Retry-After"]) >= 1
         assert r.json()["error"]["code"] == "queue_full" and r.json()["error"]["type"] == "rate_limit_error"
+        leaver.join(timeout=10)
+        assert isinstance(results["leaver"], httpx.ReadTimeout)  # it gave up while waiting
+        _wait_until(lambda: health()["queue_depth"] == 0)
+        waiter = threading.Thread(target=post, args=("waiter", 60.0))
+        waiter.start()
+        _wait_until(lambda: health()["queue_depth"] == 1)  # accepted into the freed place
+        assert health()["busy"]
     # leaving the `with` closed the long stream: the waiting request runs now
     waiter.join(timeout=30)
-    assert results["waiting"].status_code == 200
+    assert results["waiter"].status_code == 200
     assert server.alive()
 
 
