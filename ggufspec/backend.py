@@ -81,7 +81,7 @@ class ModelSettings:
     n_gpu_layers: int = 0  # -1 = all
     main_gpu: int = 0
     tensor_split: tuple[float, ...] | None = None
-    use_mmap: bool = True
+    use_mmap: bool = True  # False: read the weights into memory (llama.cpp load_mode NONE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +120,8 @@ class Model:
         params = llama.llama_model_default_params()
         params.n_gpu_layers = settings.n_gpu_layers
         params.main_gpu = settings.main_gpu
-        params.use_mmap = settings.use_mmap
+        if not settings.use_mmap:  # 0.3.36 has load_mode, not use_mmap
+            params.load_mode = llama.LLAMA_LOAD_MODE_NONE
         self._split = None
         if settings.tensor_split:
             n = llama.llama_max_devices()

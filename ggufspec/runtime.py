@@ -58,26 +58,35 @@ def check_vocab(target: Path, draft: Path) -> None:
         raise UserError(verdict.message)
 
 
-def _auto_layers(target: Path, draft: Path | None, settings: PairSettings) -> tuple[int, int, dict]:
-    """n_gpu_layers for target and draft from the offload planner; (0, 0) with no GPU."""
+def _model_settings(target: Path, draft: Path | None, settings: PairSettings) -> tuple[ModelSettings, ModelSettings]:
+    """Offload of target and draft: explicit layer counts, or the planner's for "auto"
+    (the draft whole on one GPU first, then target layers); all on the CPU with no GPU."""
     tl, dl = settings.n_gpu_layers, settings.n_gpu_layers_draft
-    if tl != "auto" and dl != "auto":
-        return int(tl), int(dl), {}
-    from ggufspec.devices import detect_gpus
+    t_kw: dict = {"n_gpu_layers": 0 if tl == "auto" else int(tl)}
+    d_kw: dict = {"n_gpu_layers": 0 if dl == "auto" else int(dl)}
+    if "auto" in (tl, dl):
+        from ggufspec.devices import detect_gpus
 
-    gpus = detect_gpus()
-    if not gpus:
-        return (0 if tl == "auto" else int(tl)), (0 if dl == "auto" else int(dl)), {}
-    from ggufspec.plan import plan_for_load
+        gpus = detect_gpus()
+        if gpus:
+            from ggufspec.plan import plan_for_load
 
-    plan = plan_for_load(
-        target=target, draft=draft, gpus=gpus, n_ctx=settings.n_ctx,
-        cache_type=settings.cache_type_k,
-    )
-    t_kwargs, d_kwargs = plan
-    t = int(t_kwargs["n_gpu_layers"]) if tl == "auto" else int(tl)
-    d = int(d_kwargs["n_gpu_layers"]) if dl == "auto" else int(dl)
-    return t, d, t_kwargs
+            t_plan, d_plan = plan_for_load(
+                target=target, draft=draft, gpus=gpus, n_ctx=settings.n_ctx,
+                cache_type=settings.cache_type_k, n_batch=settings.n_batch, flash_attn=settings.flash_attn,
+            )
+            if tl == "auto":
+                t_kw = dict(t_plan)
+            if dl == "auto":
+                d_kw = dict(d_plan)
+    def build(kw: dict) -> ModelSettings:
+        split = kw.get("tensor_split")
+        return ModelSettings(
+            n_gpu_layers=int(kw["n_gpu_layers"]),
+            tensor_split=tuple(split) if split else None,
+            main_gpu=int(kw.get("main_gpu") or 0),
+        )
+    return build(t_kw), build(d_kw)
 
 
 @dataclass
@@ -204,7 +213,7 @@ def load_pair(
         read_model_info(draft_path)
         check_vocab(target_path, draft_path)
 
-    t_layers, d_layers, t_kwargs = _auto_layers(target_path, draft_path, settings)
+    target_load, draft_load = _model_settings(target_path, draft_path, settings)
     ctx_settings = ContextSettings(
         n_ctx=settings.n_ctx,
         n_batch=settings.n_batch,
@@ -213,14 +222,7 @@ def load_pair(
         cache_type_k=settings.cache_type_k,  # type: ignore[arg-type]
         cache_type_v=settings.cache_type_v,  # type: ignore[arg-type]
     )
-    target_model = Model(
-        target_path,
-        settings=ModelSettings(
-            n_gpu_layers=t_layers,
-            tensor_split=t_kwargs.get("tensor_split"),
-            main_gpu=t_kwargs.get("main_gpu", 0),
-        ),
-    )
+    target_model = Model(target_path, settings=target_load)
     target_ctx = Context(target_model, settings=ctx_settings)
     target_ctx.warmup()
     pair = SpeculativePair(
@@ -229,7 +231,7 @@ def load_pair(
     if draft is not None and str(draft) == LOOKUP:
         pair.drafter = LookupDrafter(ngram_max=settings.lookup_ngram_max, ngram_min=settings.lookup_ngram_min)
     elif draft_path is not None:
-        draft_model = Model(draft_path, settings=ModelSettings(n_gpu_layers=d_layers))
+        draft_model = Model(draft_path, settings=draft_load)
         # The draft never runs past the target's context: same n_ctx.
         draft_ctx = Context(draft_model, settings=ctx_settings)
         draft_ctx.warmup()

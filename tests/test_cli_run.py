@@ -1,0 +1,114 @@
+"""`ggufspec run` as users call it: a real subprocess, stdout/stderr, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiny_models import write_not_gguf, write_truncated, write_tiny_llama
+
+
+def ggufspec(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [sys.executable, "-m", "ggufspec.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_json_with_compare_reports_every_stat(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
+    proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "-p", "Once upon a time",
+                    "-n", "24", "--threads", "1", "--ctx", "256", "--json", "--compare")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out["stats"]) >= {
+        "prompt_tokens", "generated_tokens", "prompt_tps", "gen_tps", "drafted", "accepted", "accept_rate",
+        "mean_accepted_len", "draft_s", "verify_s", "overhead_s",
+    }
+    assert out["stats"]["generated_tokens"] == 24
+    assert out["stats"]["drafted"] > 0
+    assert set(out["baseline"]) == {"text", "gen_tps"}
+    assert out["identical"] is True and out["text"] == out["baseline"]["text"]
+    assert out["speedup"] > 0
+
+
+def test_streams_text_and_colours_by_provenance(tiny_target_q8: Path) -> None:
+    # the target as its own draft: every drafted token is accepted (green) or a bonus (blue)
+    proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", str(tiny_target_q8), "-p", "hello",
+                    "-n", "16", "--threads", "1", "--ctx", "256", "-v")
+    assert proc.returncode == 0, proc.stderr
+    assert "draft accepted" in proc.stdout  # the legend
+    assert "accept rate" in proc.stderr and "100.0%" in proc.stderr
+
+
+def test_lookup_chat_and_sampling_flags(tiny_target_q8: Path) -> None:
+    proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", "lookup", "-p", "hi there", "--chat",
+                    "-n", "12", "--threads", "1", "--ctx", "256", "--temp", "0.8", "--top-k", "40", "--top-p", "0.95",
+                    "--min-p", "0.05", "--seed", "3", "--accept", "match", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["stats"]["generated_tokens"] == 12
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory, tiny_target_q8: Path) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("bad")
+    return {
+        "not_gguf": write_not_gguf(d / "notes.gguf"),
+        "truncated": write_truncated(tiny_target_q8, d / "cut.gguf"),
+        "bytes_vocab": write_tiny_llama(d / "bytes.gguf", vocab="bytes"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case, extra, fragments",
+    [
+        ("missing file", ["--target", "/nonexistent/model.gguf"], ["/nonexistent/model.gguf"]),
+        ("not gguf", ["--target", "{not_gguf}"], ["notes.gguf", "GGUF"]),
+        ("truncated", ["--target", "{truncated}"], ["cut.gguf"]),
+        ("vocab differs", ["--target", "{target}", "--draft", "{bytes_vocab}"], ["vocabular", "token"]),
+        ("prompt longer than context", ["--target", "{target}", "--ctx", "256", "-p", "word " * 400], ["context holds 256"]),
+        ("negative temperature", ["--temp", "-0.5"], ["temperature must be >= 0"]),
+        ("top-p zero", ["--top-p", "0"], ["top-p must be in (0, 1]"]),
+        ("top-p above one", ["--top-p", "1.5"], ["top-p must be in (0, 1]"]),
+        ("draft-max zero", ["--draft-max", "0"], ["draft-max must be >= 1"]),
+        ("unknown rule", ["--accept", "typical"], ["unknown acceptance rule 'typical'"]),
+        ("unknown variant", ["--temp", "1", "--variant", "google"], ["leviathan or chen"]),
+        ("greedy rule when sampling", ["--temp", "1", "--accept", "greedy"], ["--accept greedy needs --temp 0"]),
+        ("bad flag value", ["-n", "many"], ["-n"]),
+    ],
+)
+def test_bad_input_is_one_error_line_and_exit_2(case, extra, fragments, bad_files, tiny_target_q8) -> None:
+    names = {k: str(v) for k, v in bad_files.items()} | {"target": str(tiny_target_q8)}
+    args = [a.format(**names) for a in extra]
+    if "-p" not in args:
+        args += ["-p", "hello"]
+    if "--target" not in args:
+        args += ["--target", str(tiny_target_q8)]
+    proc = ggufspec("run", "--threads", "1", *args)
+    assert_one_line_error(proc, *fragments)
+
+
+def test_vocab_error_names_the_first_differing_token(tiny_target_q8: Path, tiny_models_dir: Path) -> None:
+    other = write_tiny_llama(tiny_models_dir / "renamed_many.gguf", rename_last_tokens=49000)
+    proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", str(other), "-p", "hi", "--threads", "1")
+    assert_one_line_error(proc)
+    assert any(ch.isdigit() for ch in proc.stderr)  # the first differing id is named
+
+
+def test_unknown_command_and_help() -> None:
+    assert_one_line_error(ggufspec("fly"), "unknown command 'fly'")
+    help_text = ggufspec("run", "--help").stdout
+    assert "--draft-p-min" in help_text and "embedded default pair" in help_text
