@@ -74,29 +74,27 @@ def smollm2_q4_1() -> Path:
 # greedy speculative output with the target alone token for token must use these.
 
 
-@pytest.fixture(scope="session")
-def tiny_target_q8(tiny_target: Path, tiny_models_dir: Path) -> Path:
+def _q8(src: Path, dst: Path) -> Path:
     from ggufspec.backend import quantize
 
-    return quantize(src=tiny_target, dst=tiny_models_dir / "tiny_target.Q8_0.gguf", ftype="Q8_0", n_threads=1)
+    return quantize(src=src, dst=dst, ftype="Q8_0", n_threads=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_target_q8(tiny_target: Path, tiny_models_dir: Path) -> Path:
+    return _q8(tiny_target, tiny_models_dir / "tiny_target.Q8_0.gguf")
 
 
 @pytest.fixture(scope="session")
 def tiny_draft_q8(tiny_draft: Path, tiny_models_dir: Path) -> Path:
-    from ggufspec.backend import quantize
-
-    return quantize(src=tiny_draft, dst=tiny_models_dir / "tiny_draft.Q8_0.gguf", ftype="Q8_0", n_threads=1)
+    return _q8(tiny_draft, tiny_models_dir / "tiny_draft.Q8_0.gguf")
 
 
 @pytest.fixture(scope="session")
 def tiny_bytes_target_q8(tiny_bytes_target: Path, tiny_models_dir: Path) -> Path:
-    from ggufspec.backend import quantize
-
-    return quantize(src=tiny_bytes_target, dst=tiny_models_dir / "tiny_bytes_target.Q8_0.gguf", ftype="Q8_0", n_threads=1)
+    return _q8(tiny_bytes_target, tiny_models_dir / "tiny_bytes_target.Q8_0.gguf")
 
 
 @pytest.fixture(scope="session")
 def tiny_bytes_draft_q8(tiny_bytes_draft: Path, tiny_models_dir: Path) -> Path:
-    from ggufspec.backend import quantize
-
-    return quantize(src=tiny_bytes_draft, dst=tiny_models_dir / "tiny_bytes_draft.Q8_0.gguf", ftype="Q8_0", n_threads=1)
+    return _q8(tiny_bytes_draft, tiny_models_dir / "tiny_bytes_draft.Q8_0.gguf")
