@@ -1,0 +1,92 @@
+"""The embedded default pair (real SmolLM2-135M-Instruct weights, Q8_0 target, Q4_1 draft):
+greedy speculative output is token-identical to the target alone on 20 prompts for every
+drafter and draft-length policy; the CLI runs it with no model arguments."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ggufspec.drafters import DraftLengthSettings, LookupDrafter
+from ggufspec.engine import SpeculativeSettings
+from ggufspec.runtime import PairSettings, load_pair
+
+pytestmark = pytest.mark.slow
+
+CHAT = [
+    "What is 2+2? Reply with just the number.",  # ends on <|im_end|> after a few tokens
+    "Is the sky blue? Answer yes or no.",
+    "Write a haiku about the sea.",
+    "Give me three tips for staying focused while studying.",
+    "What causes the seasons on Earth?",
+    "Summarise this: The meeting moved to Thursday because the room was booked. Bring the slides.",
+    "Write a Python function that reverses a string.",
+    "How do I make a cup of tea?",
+]
+RAW = [
+    "def is_prime(n):\n    \"\"\"Return True if n is prime.\"\"\"\n",
+    "import json\n\nwith open('config.json') as f:\n",
+    "SELECT customer_id, SUM(amount) FROM orders",
+    "function debounce(fn, ms) {\n",
+    "Once upon a time, in a small village by the sea,",
+    "The history of the printing press begins",
+    "Photosynthesis is the process by which plants",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox",
+    "Monday, Tuesday, Wednesday,",
+    "1, 2, 3, 4, 5,",
+    "Dear Sir or Madam, I am writing to",
+    "In conclusion, the results show that",
+]
+CONFIGS = [(d, k, a) for d in ("model", "lookup") for k in (1, 2, 4, 8) for a in (True, False)]
+
+
+@pytest.fixture(scope="module")
+def default_pair():
+    pair = load_pair(settings=PairSettings(n_ctx=512))
+    yield pair
+    pair.close()
+
+
+def test_greedy_identical_to_the_target_alone_on_20_prompts(default_pair) -> None:
+    pair = default_pair
+    model_drafter, lookup = pair.drafter, LookupDrafter()
+    prompts = [pair.encode(messages=[{"role": "user", "content": c}]) for c in CHAT] + [pair.encode(prompt=r) for r in RAW]
+    assert len(prompts) == 20
+    reasons, accepted = set(), {"model": 0, "lookup": 0}
+    for tokens in prompts:
+        base = pair.generate(prompt_tokens=tokens, max_tokens=32, use_draft=False).run()
+        reasons.add(base.stats.stop_reason)
+        for name, k, adaptive in CONFIGS:
+            pair.drafter = model_drafter if name == "model" else lookup
+            out = pair.generate(prompt_tokens=tokens, max_tokens=32,
+                                speculative=SpeculativeSettings(length=DraftLengthSettings(draft_max=k, adaptive=adaptive))).run()
+            assert out.tokens == base.tokens, (pair.target_model.detokenize(tokens), name, k, adaptive)
+            accepted[name] += out.stats.accepted
+    pair.drafter = model_drafter
+    assert "eog" in reasons and "length" in reasons
+    assert accepted["model"] > 0 and accepted["lookup"] > 0
+
+
+def test_greedy_identical_when_filling_the_context() -> None:
+    with load_pair(settings=PairSettings(n_ctx=256)) as pair:
+        tokens = pair.encode(prompt="The quick brown fox jumps over the lazy dog. " * 18)
+        base = pair.generate(prompt_tokens=tokens, max_tokens=1000, use_draft=False).run()
+        assert base.stats.stop_reason == "context" and len(tokens) + len(base.tokens) == 256
+        for drafter in (pair.drafter, LookupDrafter()):
+            pair.drafter = drafter
+            out = pair.generate(prompt_tokens=tokens, max_tokens=1000,
+                                speculative=SpeculativeSettings(length=DraftLengthSettings(draft_max=8))).run()
+            assert out.tokens == base.tokens and out.stats.stop_reason == "context"
+
+
+def test_cli_runs_the_default_pair_with_no_model_arguments() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ggufspec.cli", "run", "-p", "Write a haiku about the sea.", "--chat",
+                           "-n", "32", "--json", "--compare"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["identical"] is True
+    assert "Q8_0" in out["target"] and out["draft"].endswith("Q4_1.gguf")
+    assert out["stats"]["accept_rate"] > 0.5
