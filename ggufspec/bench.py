@@ -545,7 +545,7 @@ def run_native_speculative(
         str(bin_dir / "llama-speculative-simple"), "-m", str(target), "-md", str(draft),
         "-p", prompt, "-n", str(n_predict), "-c", str(n_ctx), "-t", str(threads), "-td", str(threads),
         "--temp", "0", "--top-k", "1", "-fa", "on", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
-        "--spec-draft-p-min", "0", "-ngl", "0", "--no-display-prompt",
+        "--spec-draft-p-min", "0", "--spec-type", "draft-simple", "-ngl", "0",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, errors="replace")
     text = proc.stdout + proc.stderr
@@ -775,6 +775,7 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
 
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     t_start = time.perf_counter()
+    load_start = _load()
     threads = plan.n_threads or physical_cores()
     total = count_runs(plan)
     done = 0
@@ -837,8 +838,10 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
                         order += 1
         tick("summarising")
         summary = summarise(plan, runs, micro=micro, peers=peers)
+        machine = machine_info(n_threads=threads)
+        machine["load_start"] = load_start
         return BenchResult(
-            plan=plan, runs=runs, machine=machine_info(n_threads=threads), peers=peers, micro=micro,
+            plan=plan, runs=runs, machine=machine, peers=peers, micro=micro,
             summary=summary, started=started, wall_s=time.perf_counter() - t_start,
         )
     finally:
@@ -1145,10 +1148,6 @@ def machine_info(*, n_threads: int | None = None) -> dict:
     native = find_native()
     if native is not None and (native / "VERSION").is_file():
         versions["native_llama_cpp_from"] = "llama-cpp-python " + (native / "VERSION").read_text().strip()
-    try:
-        load = list(os.getloadavg())
-    except OSError:
-        load = None
     return {
         "cpu": cpu,
         "physical_cores": psutil.cpu_count(logical=False),
@@ -1158,9 +1157,25 @@ def machine_info(*, n_threads: int | None = None) -> dict:
         "gpus": gpus,
         "os": platform.platform(),
         "threads": n_threads,
-        "load_average": load,
+        "load_end": _load(),
         "versions": versions,
     }
+
+
+def _load() -> dict:
+    """Load average and CPU pressure (PSI): a busy shared machine slows every figure."""
+    out: dict[str, Any] = {}
+    try:
+        out["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()
+        out["cpu_pressure_avg10"] = float(some[1].split("=")[1])
+        out["cpu_pressure_avg60"] = float(some[2].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return out
 
 
 # ---- writers --------------------------------------------------------------------------------------
@@ -1211,7 +1226,7 @@ def markdown(result: BenchResult) -> str:
         f"**Machine**: {m['cpu']}, {m['physical_cores']} cores ({m['logical_cores']} logical), "
         f"{m['ram_bytes'] / 2**30:.0f} GiB RAM, {'GPUs: ' + ', '.join(g['name'] for g in m['gpus']) if m['gpus'] else 'no GPU'}; "
         f"{m['threads']} threads; llama-cpp-python {m['versions'].get('llama_cpp')}, Python {m['versions']['python']}; "
-        f"load average at the end {', '.join(f'{x:.1f}' for x in m['load_average']) if m.get('load_average') else '?'}.",
+        f"load average at start / end {_loadtext(m.get('load_start'))} / {_loadtext(m.get('load_end'))}.",
         "",
         "## Headline",
         "",
@@ -1265,6 +1280,15 @@ def markdown(result: BenchResult) -> str:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     lines += ["", f"Bench wall time {result.wall_s / 60:.1f} min; started {result.started}.", ""]
     return "\n".join(lines)
+
+
+def _loadtext(load: Mapping | None) -> str:
+    if not load or "loadavg" not in load:
+        return "?"
+    text = f"{load['loadavg'][0]:.1f}"
+    if "cpu_pressure_avg60" in load:
+        text += f" (CPU pressure {load['cpu_pressure_avg60']:.0f}%)"
+    return text
 
 
 def write_markdown(result: BenchResult, path: Path) -> Path:
