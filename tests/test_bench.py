@@ -33,6 +33,9 @@ def test_expected_speedup_hand_values() -> None:
     assert bench.expected_speedup(a=1 - 1e-9, k=3, c=0.2) == pytest.approx(4 / 1.6, rel=1e-6)
     # pricing the verify call as measured (v plain steps) instead of 1
     assert bench.expected_speedup_measured_verify(a=0.8, k=4, c=0.5, v=1.5) == pytest.approx(3.3616 / 3.5)
+    # prompt lookup drafting in half the rounds (c = 0): (0.5 * 3.3616 + 0.5) / (0.5 * 1 + 0.5)
+    assert bench.expected_speedup_partial(a=0.8, k=4, c=0.0, share=0.5) == pytest.approx(0.5 * 3.3616 + 0.5)
+    assert bench.expected_speedup_partial(a=0.8, k=4, c=0.5, share=1.0) == pytest.approx(bench.expected_speedup(a=0.8, k=4, c=0.5))
     with pytest.raises(ValueError):
         bench.expected_speedup(a=1.5, k=2, c=0.1)
 
