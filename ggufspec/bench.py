@@ -235,6 +235,7 @@ class BenchPlan:
     native_requested: bool = False
     llama_bench: bool = True
     microbench: bool = True
+    slow_peer_prompts: int = 3  # transformers (~10x slower) runs on this many prompts, first repeat only
 
 
 def make_plan(
@@ -641,12 +642,15 @@ class _Transformers:
 
     def __init__(self, plan: BenchPlan, target: Path, draft: Path, threads: int) -> None:
         import torch
+        import transformers
         from transformers import AutoModelForCausalLM
 
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
         torch.set_num_threads(threads)
         self.torch = torch
-        self.target = AutoModelForCausalLM.from_pretrained(str(target.parent), gguf_file=target.name, torch_dtype=torch.float32)
-        self.draft = AutoModelForCausalLM.from_pretrained(str(draft.parent), gguf_file=draft.name, torch_dtype=torch.float32)
+        self.target = AutoModelForCausalLM.from_pretrained(str(target.parent), gguf_file=target.name, dtype=torch.float32)
+        self.draft = AutoModelForCausalLM.from_pretrained(str(draft.parent), gguf_file=draft.name, dtype=torch.float32)
         self.target.eval()
         self.draft.eval()
         self.max_tokens = plan.max_tokens
@@ -772,9 +776,13 @@ def _block_order(configs: list[Config], shift: int) -> list[Config]:
 
 def count_runs(plan: BenchPlan) -> int:
     n = 0
+    slow = 0
     for group in _blocks(plan):
-        n += len(_block_order(group, 0))
-    return n * plan.repeats * len(plan.prompts) + (plan.repeats if plan.llama_bench else 0)
+        order = _block_order(group, 0)
+        slow += sum(1 for c in order if c.engine == "transformers")
+        n += len(order) - sum(1 for c in order if c.engine == "transformers")
+    return (n * plan.repeats * len(plan.prompts) + slow * min(plan.slow_peer_prompts, len(plan.prompts))
+            + (plan.repeats if plan.llama_bench else 0))
 
 
 def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResult:
@@ -847,6 +855,8 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
                 for group in _blocks(plan):
                     for cfg in _block_order(group, r * len(plan.prompts) + pi):
                         tick(f"{cfg.name} · {prompt.id} · repeat {r + 1}/{plan.repeats}")
+                        if cfg.engine == "transformers" and (r > 0 or pi >= plan.slow_peer_prompts):
+                            continue  # count_runs leaves these out too
                         if cfg.engine in engines_ok:
                             rec = _run_one(plan, cfg, prompt, r, pi, ours, lcp, trf, baseline_tokens, order)
                             runs.append(rec)
@@ -1078,9 +1088,18 @@ def summarise(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Mapping | No
         if lookup_ours and lookup_ours.get("tps") and lcp_lookup.get("tps") else None,
         "best_speedup": _pick(best_any, "name", "speedup", "accept_rate"),
         "sampling": {c["accept"]: _pick(c, "speedup", "accept_rate", "alpha") for c in sampling},
+        "transformers_assisted_speedup": _peer_ratio(ok, "transformers"),
         "identical_greedy": _median(c["identical"] for c in configs if c.get("identical") is not None),
     }
     return {**summary, "configs": configs, "by_category": _by_category(plan, ok, base_tps)}
+
+
+def _peer_ratio(ok: Sequence[RunRecord], engine: str) -> float | None:
+    """A peer's own speedup: its speculative tok/s over its target alone, per prompt, median."""
+    alone = {r.prompt_id: r.gen_tps for r in ok if r.engine == engine and r.draft == BASELINE}
+    ratios = [r.gen_tps / alone[r.prompt_id] for r in ok
+              if r.engine == engine and r.draft != BASELINE and alone.get(r.prompt_id)]
+    return _median(ratios)
 
 
 def _pick(c: Mapping | None, *keys: str) -> dict | None:
@@ -1268,6 +1287,9 @@ def markdown(result: BenchResult) -> str:
         parts = [f"{rule}: speedup {_f(v['speedup'])}x, accept rate {_f(v['accept_rate'], '{:.1%}')}"
                  for rule, v in s["sampling"].items()]
         lines.append(f"- at temperature {plan.temperature:g}: " + "; ".join(parts))
+    if s.get("transformers_assisted_speedup") is not None:
+        lines.append(f"- transformers assisted generation (same GGUF files dequantized to float32 torch, CPU): "
+                     f"{_f(s['transformers_assisted_speedup'])}x its own target alone, on {plan.slow_peer_prompts} prompts")
     if s.get("identical_greedy") is not None:
         lines.append(f"- greedy runs token-identical to the target alone: {s['identical_greedy']:.0%} (median over configurations)")
     lines += ["", "## Configurations", "",

@@ -195,7 +195,7 @@ def test_bench_cli_writes_json_csv_markdown_plots(
     rc = main([
         "bench", "--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "lookup",
         "--prompts", str(_tiny_prompts(tmp_path)), "--sweep-k", "1,2", "--draft-max", "3", "-n", "10",
-        "--repeats", "1", "--temp", "0", "--threads", "1", "--ctx", "512", "--no-native",
+        "--repeats", "1", "--temp", "0", "--threads", "1", "--ctx", "512", "--no-native", "--no-transformers",
         "--out", str(out), "--json",
     ])
     assert rc == 0

@@ -57,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("peers and runtime")
     r.add_argument("--native-dir", metavar="DIR", help="llama.cpp binaries (default: where scripts/build_native.sh puts them)")
     r.add_argument("--no-native", action="store_true", help="skip llama-speculative-simple and llama-bench")
+    r.add_argument("--no-transformers", action="store_true", help="skip the transformers peer (its runs are slow)")
     r.add_argument("--no-peers", action="store_true", help="skip every peer (native, llama-cpp-python, transformers)")
     r.add_argument("--ctx", type=int, default=2048, metavar="N", help="context size (default 2048)")
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temp, repeats=repeats, max_tokens=args.max_tokens, n_ctx=args.ctx,
         n_threads=args.threads, sweep_all_drafts=not args.quick, native=native,
         native_k=None, llama_cpp_peer=not args.no_peers,
-        transformers_peer=not args.no_peers and not args.quick, quick=args.quick, seed=args.seed,
+        transformers_peer=not (args.no_peers or args.no_transformers or args.quick), quick=args.quick, seed=args.seed,
     )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
