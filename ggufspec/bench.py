@@ -35,7 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -444,7 +444,8 @@ class _Ours:
         self.drafters: dict[str, Any] = {}
         self.paths: dict[str, Path] = {}
         self._owned: list[Any] = []
-        ctx_settings = self.pair.target_ctx.settings
+        # drafts keep an f16 KV cache (the target's "auto" q8_0 is for exactness, see runtime)
+        ctx_settings = replace(self.pair.target_ctx.settings, cache_type_k="f16", cache_type_v="f16")
         for d in plan.drafts:
             if d.ref == LOOKUP:
                 self.drafters[d.label] = LookupDrafter(ngram_max=settings.lookup_ngram_max, ngram_min=settings.lookup_ngram_min)
@@ -549,14 +550,17 @@ def parse_native_speculative(output: str) -> dict:
 
 
 def run_native_speculative(
-    *, bin_dir: Path, target: Path, draft: Path, prompt: str, k: int, n_predict: int, n_ctx: int, threads: int
+    *, bin_dir: Path, target: Path, draft: Path, prompt: str, k: int, n_predict: int, n_ctx: int, threads: int,
+    cache_type: str = "f16",
 ) -> dict:
-    """One greedy llama-speculative-simple run; its own timing of the decode phase."""
+    """One greedy llama-speculative-simple run; its own timing of the decode phase.
+    `cache_type`: the target's KV cache type (ours, so both sides do the same work); the draft's is f16."""
     cmd = [
         str(bin_dir / "llama-speculative-simple"), "-m", str(target), "-md", str(draft),
         "-p", prompt, "-n", str(n_predict), "-c", str(n_ctx), "-t", str(threads), "-td", str(threads),
         "--temp", "0", "--top-k", "1", "-fa", "on", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
         "--spec-draft-p-min", "0", "--spec-type", "draft-simple", "-ngl", "0",
+        "-ctk", cache_type, "-ctv", cache_type,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, errors="replace")
     text = proc.stdout + proc.stderr
@@ -566,11 +570,15 @@ def run_native_speculative(
     return parse_native_speculative(text)
 
 
-def run_llama_bench(*, bin_dir: Path, model: Path, n_gen: int, depth: int, threads: int, reps: int = 3) -> dict:
-    """llama-bench's generation tokens/s for the target alone (`-o json`), at a KV depth like ours."""
+def run_llama_bench(
+    *, bin_dir: Path, model: Path, n_gen: int, depth: int, threads: int, reps: int = 3, cache_type: str = "f16"
+) -> dict:
+    """llama-bench's generation tokens/s for the target alone (`-o json`), at a KV depth like ours,
+    with our KV cache type."""
     cmd = [
         str(bin_dir / "llama-bench"), "-m", str(model), "-p", "0", "-n", str(n_gen), "-d", str(depth),
         "-t", str(threads), "-fa", "1", "-r", str(reps), "-ngl", "0", "-o", "json",
+        "-ctk", cache_type, "-ctv", cache_type,
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, errors="replace")
     if proc.returncode != 0:
@@ -845,7 +853,8 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
                 tick("llama-bench (target alone)")
                 try:
                     row = run_llama_bench(bin_dir=plan.native_bin, model=ours.pair.target_path,
-                                          n_gen=plan.max_tokens, depth=depth, threads=threads, reps=3)
+                                          n_gen=plan.max_tokens, depth=depth, threads=threads, reps=3,
+                                          cache_type=ours.pair.target_ctx.settings.cache_type_k)
                     row["repeat"] = r
                     peers["llama_bench"].append(row)
                 except Exception as exc:
@@ -907,6 +916,7 @@ def _run_one(plan, cfg, prompt, r, pi, ours, lcp, trf, baseline_tokens, order) -
             out = run_native_speculative(
                 bin_dir=plan.native_bin, target=ours.pair.target_path, draft=ours.paths[cfg.draft],
                 prompt=ours.texts[prompt.id], k=cfg.k, n_predict=plan.max_tokens, n_ctx=plan.n_ctx, threads=threads,
+                cache_type=ours.pair.target_ctx.settings.cache_type_k,
             )
             base["prompt_tokens"] = out.get("prompt_tokens", base["prompt_tokens"])
             return RunRecord(
@@ -1326,10 +1336,10 @@ def markdown(result: BenchResult) -> str:
         longest = max(r.prompt_tokens + r.generated_tokens for r in result.runs if r.prompt_id in differ)
         notes.append(
             f"greedy speculative output differed from the target alone on {len(differ)} prompt(s) "
-            f"({', '.join(differ)}; up to {longest} tokens of context). Known cause for Q8_0/Q4_x targets: "
-            "llama.cpp's CPU flash attention takes a split-KV path for a one-row decode once the KV cache "
-            "holds 256+ tokens and more than one thread runs, summing in another order than a multi-row "
-            "verify; with --threads 1 the logits are bit-identical. F32/F16/K-quant targets differ at any length."
+            f"({', '.join(differ)}; up to {longest} tokens of context). Known causes on the CPU: an f16 KV "
+            "cache (llama.cpp's flash attention sums a one-row decode in per-thread KV chunks once it holds "
+            "256+ tokens, a multi-row verify in one pass; the default q8_0 cache avoids it), and F32/F16/"
+            "K-quant weights, whose matrix products differ by batch shape at any length."
         )
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]

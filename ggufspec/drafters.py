@@ -22,6 +22,8 @@ class Draft:
     tokens: tuple[int, ...]
     q_rows: tuple[np.ndarray | None, ...]  # one per token; None = deterministic (one-hot)
     decode_s: float = 0.0  # time spent in the draft model's decode calls
+    catchup_s: float = 0.0  # part of decode_s spent catching up on history (several tokens at once)
+    decode_calls: int = 0  # draft decode calls outside catch-up (one per drafted token, roughly)
 
 
 class Drafter(Protocol):
@@ -49,6 +51,9 @@ class DraftLengthSettings:
     draft_min: int = 0
     p_min: float = 0.0  # confidence stop: stop drafting when the draft's top p falls below
     adaptive: bool = True
+    # adaptive only: pause drafting while the measured costs say it loses to the target alone
+    # (ggufspec.pacing); off with --always-draft
+    pace: bool = True
 
     def __post_init__(self) -> None:
         if self.draft_max < 1:
@@ -141,12 +146,18 @@ class ModelDrafter:
             pending = [history[-1]]
         tokens: list[int] = []
         q_rows: list[np.ndarray | None] = []
-        decode_s = 0.0
+        decode_s = catchup_s = 0.0
+        calls = 0
         sampled = not sampling.greedy and not self.greedy_draft
         while True:
             t = time.perf_counter()
             self.ctx.decode(pending, logits="last")
-            decode_s += time.perf_counter() - t
+            dt = time.perf_counter() - t
+            decode_s += dt
+            if len(pending) > 2:  # history the cache missed during a pause (a full accept leaves 2)
+                catchup_s += dt
+            else:
+                calls += 1
             self._kv.extend(pending)
             if len(tokens) == max_len:
                 break
@@ -169,7 +180,7 @@ class ModelDrafter:
             if len(tokens) == max_len:
                 break  # the last drafted token is never decoded by the draft
             pending = [tok]
-        return Draft(tuple(tokens), tuple(q_rows), decode_s)
+        return Draft(tuple(tokens), tuple(q_rows), decode_s, catchup_s, calls)
 
 
 # ---- prompt lookup -------------------------------------------------------------------------

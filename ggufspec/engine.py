@@ -22,6 +22,7 @@ from ggufspec.acceptance import AcceptRule, Variant, accept_greedy, accept_match
 from ggufspec.backend import Context, Detokenizer
 from ggufspec.drafters import Drafter, DraftLength, DraftLengthSettings
 from ggufspec.errors import UserError
+from ggufspec.pacing import DraftPacer
 from ggufspec.sampling import SamplingSettings, probabilities, sample
 from ggufspec.stats import RunStats
 
@@ -154,6 +155,7 @@ def generate(
     sampling: SamplingSettings = SamplingSettings(),
     speculative: SpeculativeSettings = SpeculativeSettings(),
     stop: Sequence[str] = (),
+    pacer: DraftPacer | None = None,
 ) -> Generation:
     """Generate from `prompt` with the target, sped up by `drafter` when given.
 
@@ -165,6 +167,9 @@ def generate(
         sampling: temperature / top-k / top-p / min-p / seed, applied to target and draft alike.
         speculative: acceptance rule, variant and draft-length policy.
         stop: stop strings; the text ends before the first one.
+        pacer: cost estimates to learn from and keep (a pair keeps one per drafter); None: a
+            fresh one. Used with an adaptive, pacing draft length, unless a seeded sampled run
+            (whose tokens must not depend on timings) asks for reproducibility.
 
     Returns:
         A `Generation` to iterate; its `stats` are set when it ends.
@@ -183,7 +188,13 @@ def generate(
         raise UserError(f"max tokens must be >= 1, got {max_tokens}")
     rule = speculative.rule_for(sampling)
     gen = Generation()
-    gen._steps = _steps(gen, target, list(prompt), drafter, max_tokens, sampling, speculative, rule, stop)
+    lengths = speculative.length
+    pacing = drafter is not None and lengths.adaptive and lengths.pace and (sampling.greedy or sampling.seed is None)
+    if pacing and pacer is None:
+        pacer = DraftPacer()
+    gen._steps = _steps(
+        gen, target, list(prompt), drafter, max_tokens, sampling, speculative, rule, stop, pacer if pacing else None
+    )
     return gen
 
 
@@ -197,6 +208,7 @@ def _steps(
     speculative: SpeculativeSettings,
     rule: AcceptRule,
     stop: Sequence[str],
+    pacer: DraftPacer | None,
 ) -> Iterator[Step]:
     rng = sampling.rng()
     model = target.model
@@ -206,7 +218,7 @@ def _steps(
     k_cap = speculative.length.draft_max
     drafted_at = [0] * k_cap
     accepted_at = [0] * k_cap
-    drafted = accepted = rounds = 0
+    drafted = accepted = rounds = paused = 0
     draft_s = verify_s = 0.0
     history = list(prompt)
     generated = 0
@@ -214,7 +226,8 @@ def _steps(
 
     t_start = time.perf_counter()
     target.clear()
-    prompt_draft_s = drafter.prefill(prompt) if drafter is not None else 0.0
+    if drafter is not None and not (pacer is not None and pacer.pausing):
+        drafter.prefill(prompt)  # while paused, a probe catches the draft up on the history instead
     target.decode(prompt, logits="last")
     first = _pick(target.logits(-1), sampling, rng)
     t_first = time.perf_counter()
@@ -234,6 +247,7 @@ def _steps(
             drafted_at=tuple(drafted_at),
             accepted_at=tuple(accepted_at),
             stop_reason=stop_reason,
+            paused_rounds=paused,
         )
 
     pending: list[tuple[int, Source]] = [(first, Source.TARGET)]
@@ -266,11 +280,18 @@ def _steps(
             # Budget: tokens we may still emit; a round of K drafts emits up to K+1 and needs
             # K+1 free KV slots (the last history token is not yet in the target's cache).
             remaining = min(max_tokens - generated, target.n_ctx - len(history))
-            k = min(length.current, remaining - 1, target.n_batch - 1)  # verify fits one batch
+            k_max = min(k_cap, remaining - 1, target.n_batch - 1)  # verify fits one batch
+            k = min(length.current, k_max)
+            if pacer is not None and k > 0:
+                k = pacer.draft_len(proposed=k, k_max=k_max)
+                paused += k == 0
             draft_tokens: tuple[int, ...] = ()
             q_rows: tuple = ()
+            round_draft_s, round_draft_calls = 0.0, 0
             if drafter is not None and k > 0:
                 d = drafter.propose(history, max_len=k, sampling=sampling, rng=rng)
+                round_draft_s = d.decode_s - d.catchup_s  # catching up after a pause is not drafting
+                round_draft_calls = d.decode_calls
                 draft_s += d.decode_s
                 if len(d.tokens) >= speculative.length.draft_min:
                     draft_tokens, q_rows = d.tokens, d.q_rows
@@ -280,10 +301,13 @@ def _steps(
             n_keep = target.n_past + 1  # the last history token stays in every case
             t = time.perf_counter()
             target.decode([history[-1], *draft_tokens], logits="all")
-            verify_s += time.perf_counter() - t
+            round_verify_s = time.perf_counter() - t
+            verify_s += round_verify_s
             rounds += 1
 
             if kd == 0:
+                if pacer is not None:
+                    pacer.observe(drafted=0, accepted=0, draft_s=round_draft_s, verify_s=round_verify_s)
                 pending = [(_pick(target.logits(0), sampling, rng), Source.TARGET)]
                 continue
             if rule is AcceptRule.GREEDY:
@@ -305,6 +329,10 @@ def _steps(
                 drafted_at[i] += 1
                 accepted_at[i] += i < n
             length.update(drafted=kd, accepted=n)
+            if pacer is not None:
+                pacer.observe(
+                    drafted=kd, accepted=n, draft_s=round_draft_s, verify_s=round_verify_s, draft_calls=round_draft_calls
+                )
             pending = [(x, Source.DRAFT) for x in draft_tokens[:n]]
             pending.append((verdict.token, Source.BONUS if verdict.bonus else Source.CORRECTION))
     except GeneratorExit:

@@ -18,6 +18,7 @@ from ggufspec.chat import render_chat
 from ggufspec.drafters import Drafter, LookupDrafter, ModelDrafter
 from ggufspec.engine import Generation, SpeculativeSettings, generate
 from ggufspec.errors import UserError
+from ggufspec.pacing import DraftPacer
 from ggufspec.sampling import SamplingSettings
 
 LOOKUP = "lookup"
@@ -32,8 +33,9 @@ class PairSettings:
     n_batch: int = 512
     n_threads: int | None = None
     flash_attn: Literal["auto", "on", "off"] = "on"
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
+    # "auto": q8_0 for a target run on the CPU (see exact_cache_type), f16 otherwise
+    cache_type_k: str = "auto"
+    cache_type_v: str = "auto"
     n_gpu_layers: Layers = "auto"  # target; "auto" = the offload planner's choice
     n_gpu_layers_draft: Layers = "auto"
     offline: bool = False
@@ -58,6 +60,26 @@ def check_vocab(target: Path, draft: Path) -> None:
         raise UserError(verdict.message)
 
 
+def exact_cache_type(target: Path, *, n_gpu_layers: int) -> str:
+    """The KV cache type "auto" picks for the target.
+
+    On the CPU, llama.cpp's flash attention sums a one-row decode (the target alone) in KV
+    chunks per thread once the f16 cache holds 256+ tokens, but a multi-row verify in one pass:
+    logits then differ (max 1.56 at 970 tokens, measured) and greedy speculative output can
+    drift from the target alone. A q8_0 cache takes the same per-row path for both: logits
+    bit-identical at any length (measured), for 15-20% slower steps at 1000 tokens. So: q8_0 when
+    the target runs on the CPU and its head size allows it; f16 on a GPU (its kernels are not
+    batch-invariant either way) or when it does not.
+    """
+    if n_gpu_layers != 0:
+        return "f16"
+    from ggufspec.ggufinfo import read_model_info
+
+    info = read_model_info(target)
+    dims = [*info.head_dim_k, *info.head_dim_v]
+    return "q8_0" if dims and all(d % 32 == 0 for d in dims) else "f16"
+
+
 def _model_settings(target: Path, draft: Path | None, settings: PairSettings) -> tuple[ModelSettings, ModelSettings]:
     """Offload of target and draft: explicit layer counts, or the planner's for "auto"
     (the draft whole on one GPU first, then target layers); all on the CPU with no GPU."""
@@ -73,7 +95,7 @@ def _model_settings(target: Path, draft: Path | None, settings: PairSettings) ->
 
             t_plan, d_plan = plan_for_load(
                 target=target, draft=draft, gpus=gpus, n_ctx=settings.n_ctx,
-                cache_type=settings.cache_type_k, n_batch=settings.n_batch, flash_attn=settings.flash_attn,
+                cache_type="f16" if settings.cache_type_k == "auto" else settings.cache_type_k, n_batch=settings.n_batch, flash_attn=settings.flash_attn,
             )
             if tl == "auto":
                 t_kw = dict(t_plan)
@@ -101,6 +123,11 @@ class SpeculativePair:
     draft_model: Model | None = None
     draft_ctx: Context | None = None
     settings: PairSettings = field(default_factory=PairSettings)
+    # the pacer's cost estimates per drafter, kept across generations (learned once per pair)
+    pacers: dict[int, DraftPacer] = field(default_factory=dict, repr=False)
+
+    def pacer_for(self, drafter: Drafter) -> DraftPacer:
+        return self.pacers.setdefault(id(drafter), DraftPacer())
 
     @property
     def draft_name(self) -> str:
@@ -162,6 +189,7 @@ class SpeculativePair:
             sampling=sampling,
             speculative=speculative,
             stop=stop,
+            pacer=self.pacer_for(drafter) if drafter is not None else None,
         )
 
     def close(self) -> None:
@@ -214,13 +242,27 @@ def load_pair(
         check_vocab(target_path, draft_path)
 
     target_load, draft_load = _model_settings(target_path, draft_path, settings)
-    ctx_settings = ContextSettings(
-        n_ctx=settings.n_ctx,
-        n_batch=settings.n_batch,
-        n_threads=settings.n_threads,
-        flash_attn=settings.flash_attn,
-        cache_type_k=settings.cache_type_k,  # type: ignore[arg-type]
-        cache_type_v=settings.cache_type_v,  # type: ignore[arg-type]
+
+    def context_settings(cache_k: str, cache_v: str) -> ContextSettings:
+        return ContextSettings(
+            n_ctx=settings.n_ctx,
+            n_batch=settings.n_batch,
+            n_threads=settings.n_threads,
+            flash_attn=settings.flash_attn,
+            cache_type_k=cache_k,  # type: ignore[arg-type]
+            cache_type_v=cache_v,  # type: ignore[arg-type]
+        )
+
+    auto = exact_cache_type(target_path, n_gpu_layers=target_load.n_gpu_layers) if "auto" in (
+        settings.cache_type_k, settings.cache_type_v) else "f16"
+    ctx_settings = context_settings(
+        auto if settings.cache_type_k == "auto" else settings.cache_type_k,
+        auto if settings.cache_type_v == "auto" else settings.cache_type_v,
+    )
+    # the draft's numerics do not touch the output: "auto" keeps its faster f16 cache
+    draft_ctx_settings = context_settings(
+        "f16" if settings.cache_type_k == "auto" else settings.cache_type_k,
+        "f16" if settings.cache_type_v == "auto" else settings.cache_type_v,
     )
     target_model = Model(target_path, settings=target_load)
     target_ctx = Context(target_model, settings=ctx_settings)
@@ -233,7 +275,7 @@ def load_pair(
     elif draft_path is not None:
         draft_model = Model(draft_path, settings=draft_load)
         # The draft never runs past the target's context: same n_ctx.
-        draft_ctx = Context(draft_model, settings=ctx_settings)
+        draft_ctx = Context(draft_model, settings=draft_ctx_settings)
         draft_ctx.warmup()
         pair.draft_path, pair.draft_model, pair.draft_ctx = draft_path, draft_model, draft_ctx
         pair.drafter = ModelDrafter(draft_ctx, p_min=p_min)

@@ -131,6 +131,7 @@ class _Params(BaseModel):
     user: str | None = None
     # speculative decoding (ggufspec's own fields)
     draft_max: int | None = Field(default=None, ge=1, le=MAX_DRAFT)
+    always_draft: bool | None = None  # None: the server's default (serve --always-draft)
     accept: Literal["greedy", "rejection", "match"] | None = None
     # OpenAI fields this server does not implement: accepted only at their neutral value
     best_of: int | None = None
@@ -214,7 +215,7 @@ def _unsupported(body: _Params) -> None:
             raise APIError(400, "suffix is not supported", param="suffix", code="invalid_value")
 
 
-def _settings(body: _Params) -> tuple[SamplingSettings, SpeculativeSettings]:
+def _settings(body: _Params, *, always_draft: bool = False) -> tuple[SamplingSettings, SpeculativeSettings]:
     """Request fields -> engine settings (OpenAI's defaults: temperature 1, top_p 1)."""
     if body.accept == "greedy" and body.temperature != 0:
         raise APIError(400, "accept 'greedy' needs temperature 0; use 'rejection' or 'match' when sampling",
@@ -230,7 +231,9 @@ def _settings(body: _Params) -> tuple[SamplingSettings, SpeculativeSettings]:
         draft_max = body.draft_max or DraftLengthSettings().draft_max
         speculative = SpeculativeSettings(
             accept=AcceptRule(body.accept) if body.accept else None,
-            length=DraftLengthSettings(draft_max=draft_max),
+            length=DraftLengthSettings(
+                draft_max=draft_max, pace=not (always_draft if body.always_draft is None else body.always_draft)
+            ),
         )
         speculative.rule_for(sampling)  # greedy acceptance with temperature > 0 is refused here
     except UserError as exc:
@@ -497,6 +500,7 @@ def _speculative(stats: RunStats, draft: str) -> dict:
         "accepted": stats.accepted,
         "accept_rate": round(stats.accept_rate, 4),
         "mean_accepted_len": round(stats.mean_accepted_len, 4),
+        "paused_rounds": stats.paused_rounds,
         "gen_tps": round(stats.gen_tps, 2),
     }
 
@@ -538,6 +542,7 @@ def create_app(
     api_key: str | None = None,
     queue_size: int = DEFAULT_QUEUE_SIZE,
     max_body_bytes: int = MAX_BODY_BYTES,
+    always_draft: bool = False,
 ) -> FastAPI:
     """The OpenAI-compatible app around one loaded pair.
 
@@ -547,6 +552,8 @@ def create_app(
         api_key: when set, every endpoint but /health needs ``Authorization: Bearer <api_key>``.
         queue_size: requests that may wait while one generates; beyond that, 429.
         max_body_bytes: larger request bodies get 400.
+        always_draft: draft every round even when the measured costs say the target alone is
+            faster (a request's `always_draft` field overrides it).
 
     Returns:
         A FastAPI app; its worker thread starts with the app (lifespan) and stops with it.
@@ -616,7 +623,7 @@ def create_app(
             )
 
     def submit(body: _Params, tokens: list[int], max_tokens: int) -> _Job:
-        sampling, speculative = _settings(body)
+        sampling, speculative = _settings(body, always_draft=always_draft)
         job = _Job(
             tokens=tokens, max_tokens=max_tokens, sampling=sampling, speculative=speculative,
             stop=_stops(body), loop=asyncio.get_running_loop(),

@@ -26,6 +26,7 @@ class RunStats:
     drafted_at: tuple[int, ...]  # drafted_at[i]: rounds that drafted a token at position i
     accepted_at: tuple[int, ...]  # accepted_at[i]: rounds whose token at position i was accepted
     stop_reason: str  # "length" | "eog" | "stop" | "context" | "cancelled"
+    paused_rounds: int = 0  # rounds the pacer ran the target alone because drafting did not pay
 
     @property
     def overhead_s(self) -> float:

@@ -112,3 +112,19 @@ def test_unknown_command_and_help() -> None:
     assert_one_line_error(ggufspec("fly"), "unknown command 'fly'")
     help_text = ggufspec("run", "--help").stdout
     assert "--draft-p-min" in help_text and "embedded default pair" in help_text
+
+
+def test_pacing_pauses_a_draft_that_does_not_pay_and_always_draft_turns_it_off(
+    tiny_target_q8: Path, tiny_draft_q8: Path
+) -> None:
+    # the tiny draft costs what its target does: drafting can never pay, so after one probe the
+    # pacer runs the target alone; --always-draft drafts every round. Same text either way.
+    common = ["run", "--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "-p", "Once upon a time",
+              "-n", "40", "--threads", "1", "--ctx", "256", "--json"]
+    paced = json.loads(ggufspec(*common).stdout)["stats"]
+    eager_proc = ggufspec(*common, "--always-draft")
+    assert eager_proc.returncode == 0, eager_proc.stderr
+    eager = json.loads(eager_proc.stdout)
+    assert paced["paused_rounds"] > 0 and paced["drafted"] <= 8
+    assert eager["stats"]["paused_rounds"] == 0 and eager["stats"]["drafted"] > paced["drafted"]
+    assert json.loads(ggufspec(*common).stdout)["text"] == eager["text"]

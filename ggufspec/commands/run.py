@@ -40,12 +40,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--draft-min", type=int, default=0, metavar="N", help="skip drafts shorter than this")
     d.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
     d.add_argument("--fixed", action="store_true", help="always draft --draft-max tokens (default: adaptive length)")
+    d.add_argument(
+        "--always-draft", action="store_true",
+        help="adaptive length without pausing: draft even when the measured costs say the target alone is faster",
+    )
     d.add_argument("--accept", default=None, metavar="RULE", help="greedy | rejection | match (default: greedy at temp 0, else rejection)")
     d.add_argument("--variant", default="leviathan", metavar="NAME", help="rejection variant: leviathan | chen")
     r = p.add_argument_group("runtime")
     r.add_argument("--ngl", default="auto", metavar="N|auto", help="target layers on the GPU (default auto: planner)")
     r.add_argument("--ngld", default="auto", metavar="N|auto", help="draft layers on the GPU (default auto)")
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
+    r.add_argument(
+        "--cache-type", default="auto", choices=("auto", "f16", "q8_0", "q4_0", "f32"), metavar="TYPE",
+        help="target KV cache: auto | f16 | q8_0 | q4_0 | f32 (default auto: q8_0 on the CPU, where it keeps "
+        "greedy output bit-identical to the target alone at any length; f16 on a GPU)",
+    )
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     r.add_argument("--llama-log", action="store_true", help="show llama.cpp's own log")
     o = p.add_argument_group("output")
@@ -80,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
         accept=AcceptRule.parse(args.accept) if args.accept else None,
         variant=Variant.parse(args.variant),
         length=DraftLengthSettings(
-            draft_max=args.draft_max, draft_min=args.draft_min, p_min=args.draft_p_min, adaptive=not args.fixed
+            draft_max=args.draft_max, draft_min=args.draft_min, p_min=args.draft_p_min, adaptive=not args.fixed,
+            pace=not args.always_draft,
         ),
     )
     speculative.rule_for(sampling)
@@ -94,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         n_gpu_layers=_layers(args.ngl, "--ngl"),
         n_gpu_layers_draft=_layers(args.ngld, "--ngld"),
         offline=args.offline,
+        cache_type_k=args.cache_type,
+        cache_type_v=args.cache_type,
     )
     draft = None if args.draft in (None, "none") else args.draft
     if args.target is None and args.draft is None:
@@ -168,6 +180,8 @@ def _report(args, pair, gen, baseline, sampling) -> None:
         "draft_s": round(s.draft_s, 4),
         "verify_s": round(s.verify_s, 4),
         "overhead_s": round(s.overhead_s, 4),
+        "rounds": s.rounds,
+        "paused_rounds": s.paused_rounds,
         "accept_rate_by_position": [round(x, 3) for x in s.accept_rate_by_position],
         "stop_reason": s.stop_reason,
     }
@@ -195,6 +209,7 @@ def _report(args, pair, gen, baseline, sampling) -> None:
         ("generated tokens", str(s.generated_tokens), str(baseline.stats.generated_tokens) if baseline else None),
         ("accept rate", f"{s.accept_rate:.1%} ({s.accepted}/{s.drafted})", "" if baseline else None),
         ("mean accepted length", f"{s.mean_accepted_len:.2f}", "1.00" if baseline else None),
+        ("rounds / paused (drafting did not pay)", f"{s.rounds} / {s.paused_rounds}", str(baseline.stats.rounds) if baseline else None),
         ("time: draft / verify / python", f"{s.draft_s:.2f} / {s.verify_s:.2f} / {s.overhead_s:.2f} s",
          f"- / {baseline.stats.verify_s:.2f} / {baseline.stats.overhead_s:.2f} s" if baseline else None),
     ]

@@ -43,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     r.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
+    r.add_argument("--always-draft", action="store_true",
+                   help="draft every round, even when the measured costs say the target alone is faster")
     r.add_argument("--llama-log", action="store_true", help="show llama.cpp's own log")
 
 
@@ -97,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         if args.draft == "none":
             pair.drafter = None
         name = args.model_name or pair.target_path.stem
-        app = create_app(pair=pair, model_name=name, api_key=args.api_key, queue_size=args.queue)
+        app = create_app(pair=pair, model_name=name, api_key=args.api_key, queue_size=args.queue,
+                         always_draft=args.always_draft)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         err = sys.stderr
