@@ -205,6 +205,7 @@ class Config:
     draft: str = BASELINE
     k: int = 0  # draft_max (fixed: every round; adaptive: the cap)
     adaptive: bool = False
+    pace: bool = True  # adaptive only: pause drafting while it does not pay (ggufspec.pacing)
     accept: str = "greedy"  # greedy | rejection | match
     temperature: float = 0.0
     group: str = "baseline"  # baseline | k-sweep | default | drafts | sampling | peer
@@ -306,6 +307,11 @@ def make_plan(
     configs: list[Config] = [Config(name="target alone", group="baseline")]
     default_name = f"{default.label} adaptive K<={default_k}"
     configs.append(Config(name=default_name, draft=default.label, k=default_k, adaptive=True, group="default"))
+    if default.ref != LOOKUP:
+        configs.append(Config(
+            name=f"{default.label} adaptive K<={default_k} always-draft", draft=default.label, k=default_k,
+            adaptive=True, pace=False, group="drafts",
+        ))
     for d in drafts:
         if d is not default and fixed_vs_adaptive:
             configs.append(Config(name=f"{d.label} adaptive K<={default_k}", draft=d.label, k=default_k, adaptive=True, group="drafts"))
@@ -416,6 +422,7 @@ class RunRecord:
     accepted: int = 0
     rejections: int = 0
     rounds: int = 0
+    paused_rounds: int = 0  # rounds the pacer ran the target alone
     draft_s: float = 0.0
     verify_s: float = 0.0
     overhead_s: float = 0.0
@@ -492,7 +499,7 @@ class _Ours:
         else:
             spec = SpeculativeSettings(
                 accept=None if cfg.accept == "greedy" else AcceptRule.parse(cfg.accept),
-                length=DraftLengthSettings(draft_max=cfg.k, adaptive=cfg.adaptive),
+                length=DraftLengthSettings(draft_max=cfg.k, adaptive=cfg.adaptive, pace=cfg.pace),
             )
             self.pair.drafter = self.drafters[cfg.draft]
         gen = self.pair.generate(
@@ -908,6 +915,7 @@ def _run_one(plan, cfg, prompt, r, pi, ours, lcp, trf, baseline_tokens, order) -
             return RunRecord(
                 **base, generated_tokens=s.generated_tokens, gen_tps=s.gen_tps, prompt_tps=s.prompt_tps,
                 gen_s=s.gen_s, drafted=s.drafted, accepted=s.accepted, rejections=rejections, rounds=s.rounds,
+                paused_rounds=s.paused_rounds,
                 draft_s=s.draft_s, verify_s=s.verify_s, overhead_s=s.overhead_s, drafted_at=list(s.drafted_at),
                 accepted_at=list(s.accepted_at), stop_reason=s.stop_reason, identical=identical,
             )
@@ -1234,7 +1242,7 @@ def _load() -> dict:
 CSV_FIELDS = [
     "config", "engine", "draft", "k", "adaptive", "accept", "temperature", "prompt_id", "category", "repeat",
     "order", "prompt_tokens", "generated_tokens", "gen_tps", "prompt_tps", "gen_s", "drafted", "accepted",
-    "rejections", "rounds", "draft_s", "verify_s", "overhead_s", "stop_reason", "identical", "error",
+    "rejections", "rounds", "paused_rounds", "draft_s", "verify_s", "overhead_s", "stop_reason", "identical", "error",
 ]
 
 
@@ -1303,8 +1311,8 @@ def markdown(result: BenchResult) -> str:
     if s.get("identical_greedy") is not None:
         lines.append(f"- greedy runs token-identical to the target alone: {s['identical_greedy']:.0%} (median over configurations)")
     lines += ["", "## Configurations", "",
-              "| configuration | engine | tok/s | speedup | worst | accept | alpha | K eff | c | expected (Thm 3.8) | expected, verify measured | draft / verify / python ms/tok | identical |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+              "| configuration | engine | tok/s | speedup | worst | accept | alpha | K eff | c | expected (Thm 3.8) | expected, verify measured | rounds drafting | draft / verify / python ms/tok | identical |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
     for c in s["configs"]:
         mpt = c.get("ms_per_token") or {}
         split = " / ".join(_f(mpt.get(k), "{:.1f}") for k in ("draft", "verify", "python")) if mpt else "–"
@@ -1312,7 +1320,7 @@ def markdown(result: BenchResult) -> str:
             f"| {c['name']} | {c['engine']} | {_f(c.get('tps'), '{:.1f}')} | {_f(c.get('speedup'))} | "
             f"{_f(c.get('speedup_min'))} | {_f(c.get('accept_rate'), '{:.1%}')} | {_f(c.get('alpha'), '{:.3f}')} | "
             f"{_f(c.get('k_eff'), '{:.1f}')} | {_f(c.get('c'), '{:.2f}')} | {_f(c.get('expected_speedup'))} | "
-            f"{_f(c.get('expected_speedup_measured_verify'))} | {split} | "
+            f"{_f(c.get('expected_speedup_measured_verify'))} | {_f(c.get('draft_rounds_share'), '{:.0%}')} | {split} | "
             f"{_f(c.get('identical'), '{:.0%}')} |"
         )
     micro = result.micro
