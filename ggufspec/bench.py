@@ -1076,6 +1076,9 @@ def summarise(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Mapping | No
                    and c["temperature"] == 0 and c.get("tps")]
     native = [c for c in configs if c["engine"] == "native" and c.get("tps")]
     best_ours = max(ours_greedy, key=lambda c: c["tps"], default=None)
+    # the same comparison among configurations that really drafted (the pacer may pick the target alone)
+    drafting = [c for c in ours_greedy if (c.get("draft_rounds_share") or 0) >= 0.5]
+    best_drafting = max(drafting, key=lambda c: c["tps"], default=None)
     best_native = max(native, key=lambda c: c["tps"], default=None)
     base_cfg = by_name.get("target alone", {})
     lb = [row["gen_tps"] for row in peers.get("llama_bench", [])]
@@ -1100,6 +1103,9 @@ def summarise(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Mapping | No
         "best_ours": _pick(best_ours, "name", "tps", "speedup"),
         "best_native": _pick(best_native, "name", "tps", "accept_rate"),
         "vs_native": (best_ours["tps"] / best_native["tps"]) if best_ours and best_native else None,
+        "best_ours_drafting": _pick(best_drafting, "name", "tps", "speedup"),
+        "vs_native_drafting": (best_drafting["tps"] / best_native["tps"]) if best_drafting and best_native else None,
+        "default_draft_rounds_share": default.get("draft_rounds_share"),
         "llama_bench_tps": lb_tps,
         "vs_llama_bench": (base_cfg["tps"] / lb_tps) if lb_tps and base_cfg.get("tps") else None,
         "vs_llama_cpp_python_lookup": (lookup_ours["tps"] / lcp_lookup["tps"])
@@ -1298,6 +1304,13 @@ def markdown(result: BenchResult) -> str:
         + (f"**{_f(s['vs_native'], '{:.2f}')}x** (ours {s['best_ours']['name']} {_f(s['best_ours']['tps'], '{:.1f}')} tok/s, "
            f"native {s['best_native']['name']} {_f(s['best_native']['tps'], '{:.1f}')} tok/s)" if s.get("vs_native") else "not measured (peer absent)"),
     ]
+    share = s.get("default_draft_rounds_share")
+    if share is not None and share < 0.5:
+        lines.insert(-2, f"- the default configuration drafted in {share:.0%} of rounds: its pacer measured that drafting "
+                         "loses to the target alone here and ran the target alone (see `always-draft` for the forced loop)")
+    if s.get("vs_native_drafting") and s["best_ours_drafting"]["name"] != s["best_ours"]["name"]:
+        lines.append(f"- among configurations that draft in most rounds: **{_f(s['vs_native_drafting'], '{:.2f}')}x** native "
+                     f"(ours {s['best_ours_drafting']['name']} {_f(s['best_ours_drafting']['tps'], '{:.1f}')} tok/s)")
     if s.get("best_speedup"):
         b = s["best_speedup"]
         lines.append(f"- best speedup of any greedy configuration: {b['name']} {_f(b['speedup'])}x")
