@@ -136,11 +136,11 @@ def pick_prompts(prompts: Sequence[BenchPrompt], per_category: Mapping[str, int]
 def expected_tokens_per_round(*, a: float, k: float) -> float:
     """E[tokens emitted per target call] with K drafts each accepted with probability a:
     1 + a + a^2 + ... + a^K = (1 - a^(K+1)) / (1 - a)  (Leviathan et al. 2023, eq. 1)."""
+    from ggufspec.pacing import expected_tokens
+
     if not 0.0 <= a <= 1.0:
         raise ValueError(f"accept rate must be in [0, 1], got {a}")
-    if a == 1.0:
-        return k + 1.0
-    return (1.0 - a ** (k + 1.0)) / (1.0 - a)
+    return expected_tokens(a, k)
 
 
 def expected_speedup(*, a: float, k: float, c: float) -> float:

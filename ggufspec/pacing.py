@@ -33,9 +33,10 @@ class PacerEstimates:
     accept_rate: float  # per-token accept rate a
 
 
-def expected_tokens(a: float, k: int) -> float:
-    """E(K) = 1 + a + ... + a^K: tokens a round of K drafts emits (the +1 is the target's own)."""
-    return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
+def expected_tokens(a: float, k: float) -> float:
+    """E(K) = 1 + a + ... + a^K = (1 - a^(K+1)) / (1 - a): tokens a round of K drafts emits (the
+    +1 is the target's own); K may be fractional (a mean over rounds)."""
+    return k + 1.0 if a >= 1.0 else (1.0 - a ** (k + 1.0)) / (1.0 - a)
 
 
 @dataclass
