@@ -94,6 +94,15 @@ def test_cli_runs_the_default_pair_with_no_model_arguments() -> None:
     assert out["stats"]["drafted"] > 0  # at least the pacer's probe
 
 
+def test_cli_runs_a_catalog_pair_by_name() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ggufspec.cli", "run", "--pair", "default", "-p", "Hi!", "--chat",
+                           "-n", "8", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert "Q8_0" in out["target"] and out["draft"].endswith("Q4_1.gguf")
+    assert out["stats"]["generated_tokens"] >= 1
+
+
 def test_q8_0_cache_makes_verify_rows_bit_identical_past_256_tokens() -> None:
     # llama.cpp's CPU flash attention splits a one-row decode's KV sum per thread once an f16
     # cache holds 256+ tokens; the default (auto) q8_0 cache keeps one path for every batch shape

@@ -28,6 +28,7 @@ import json
 import sys
 from pathlib import Path
 
+from ggufspec.commands import add_pair_argument, apply_pair
 from ggufspec.errors import UserError
 
 QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1}
@@ -39,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--target", metavar="REF", help="target model (default: the embedded default target)")
     m.add_argument("--draft", metavar="REF", nargs="+", action="extend",
                    help="one or more drafts: model references or 'lookup'; the first is the default configuration's")
+    add_pair_argument(m)
     m.add_argument("--draft-quants", metavar="Q,Q", default=None,
                    help=f"also draft with these quantizations of the target, made on the fly "
                         f"(default: {FULL_DRAFT_QUANTS} without --quick and --draft)")
@@ -106,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"no llama-speculative-simple in {d}; run scripts/build_native.sh or drop --native-dir")
         native = d
 
+    apply_pair(args, drafts_extend=True)
     target = args.target or DEFAULT_TARGET
     draft_refs = list(args.draft or [])
     if not draft_refs:

@@ -3,6 +3,7 @@
   ggufspec pairs
   ggufspec pairs --json
   ggufspec pull --pair qwen3-8b        # fetch both models and check their vocabularies
+  ggufspec run --pair qwen3-8b -p "Hi" --chat --compare   # --pair works in run, plan, bench, serve
 
 Accept rate and speedup are shown only where a public report gives them; its URL and conditions
 are listed under the table. Measure your own with `ggufspec bench`.

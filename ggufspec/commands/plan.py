@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ggufspec.commands import add_pair_argument, apply_pair
 from ggufspec.errors import UserError
 
 
@@ -28,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m = parser.add_argument_group("models")
     m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
     m.add_argument("--draft", metavar="REF", help="draft model reference; 'none' plans the target alone")
+    add_pair_argument(m)
     m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
     b = parser.add_argument_group("budget")
     b.add_argument("--vram", metavar="SIZE[,SIZE..]", help="free memory per GPU, e.g. 8GiB or 12GiB,8GiB (default: detect)")
@@ -43,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _pair_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
     from ggufspec.commands.inspect import resolve_path
 
+    apply_pair(args)
     if args.target is None and args.draft is None:
         from ggufspec.embedded import default_pair_paths
 

@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 
+from ggufspec.commands import add_pair_argument, apply_pair
 from ggufspec.errors import UserError
 
 
@@ -23,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models")
     m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
     m.add_argument("--draft", metavar="REF", help="draft model reference, or 'lookup' for prompt lookup; 'none' for the target alone")
+    add_pair_argument(m)
     m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
     g = p.add_argument_group("generation")
     g.add_argument("-p", "--prompt", required=True, help="prompt text")
@@ -107,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         cache_type_k=args.cache_type,
         cache_type_v=args.cache_type,
     )
+    apply_pair(args)
     draft = None if args.draft in (None, "none") else args.draft
     if args.target is None and args.draft is None:
         target, draft = None, None  # the embedded default pair

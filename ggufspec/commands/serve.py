@@ -23,6 +23,7 @@ import os
 import socket
 import sys
 
+from ggufspec.commands import add_pair_argument, apply_pair
 from ggufspec.errors import UserError
 
 
@@ -30,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models")
     m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
     m.add_argument("--draft", metavar="REF", help="draft model reference, 'lookup' for prompt lookup, 'none' for the target alone")
+    add_pair_argument(m)
     m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
     m.add_argument("--model-name", metavar="NAME", help="model id served by /v1/models (default: the target's file name)")
     s = p.add_argument_group("server")
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     if args.api_key is not None and not args.api_key.strip():
         raise UserError("--api-key is empty; give a key or leave it out")
     settings = PairSettings(n_ctx=args.ctx, n_threads=args.threads, offline=args.offline)
+    apply_pair(args)
     draft = None if args.draft in (None, "none") else args.draft
     target = args.target
     if args.target is None and args.draft is None:
