@@ -10,11 +10,12 @@ from __future__ import annotations
 import codecs
 import ctypes
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -382,7 +383,7 @@ def quantize(*, src: Path, dst: Path, ftype: str, n_threads: int | None = None) 
     return dst
 
 
-# --- dry-run memory measurement (issue 3) ---
+# ---- dry-run memory measurement ----------------------------------------------------------
 #
 # llama.cpp itself says what a model and a context would take: a load with `no_alloc` model
 # parameters simulates every allocation, and the log then reports each buffer it would have made
@@ -392,12 +393,7 @@ def quantize(*, src: Path, dst: Path, ftype: str, n_threads: int | None = None) 
 # log through `llama_log_set`; the previous log callback is restored afterwards.
 
 
-from dataclasses import dataclass as _m_dataclass  # noqa: E402  (this section stands alone)
-from pathlib import Path as _m_Path  # noqa: E402
-from typing import Any as _m_Any, Mapping as _m_Mapping, Sequence as _m_Sequence  # noqa: E402
-
-
-@_m_dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class MeasuredMemory:
     """What llama.cpp reports for one model and one context (bytes).
 
@@ -423,11 +419,11 @@ class MeasuredMemory:
         return sum(d != "CPU" for d in self.layer_devices)
 
 
-_M_MIB = 1024 * 1024
-_M_BUFFER_LINE = r"^\S+:\s+(\S+)\s+(model|KV|compute|output) buffer size =\s*([\d.]+) MiB"
+_MIB = 1024 * 1024
+_BUFFER_LINE = r"^\S+:\s+(\S+)\s+(model|KV|compute|output) buffer size =\s*([\d.]+) MiB"
 
 
-def _m_last_error(lines: "list[str]") -> str:
+def _last_error(lines: list[str]) -> str:
     """llama.cpp's own reason, for a one-line message: its last error line, else its last line."""
     meaningful = [ln.strip() for ln in lines if ln.strip().strip(".")]
     for line in reversed(meaningful):
@@ -438,12 +434,12 @@ def _m_last_error(lines: "list[str]") -> str:
 
 def measure_memory(
     *,
-    path: "_m_Path | str",
+    path: Path | str,
     n_ctx: int,
     cache_type_k: str = "f16",
     cache_type_v: str = "f16",
     n_gpu_layers: int = 0,
-    tensor_split: "tuple[float, ...] | None" = None,
+    tensor_split: tuple[float, ...] | None = None,
     main_gpu: int = 0,
     n_batch: int = 512,
     n_ubatch: int = 512,
@@ -482,13 +478,13 @@ def measure_memory(
 
 def measure_contexts(
     *,
-    path: "_m_Path | str",
-    contexts: "_m_Sequence[_m_Mapping[str, _m_Any]]",
+    path: Path | str,
+    contexts: Sequence[Mapping[str, Any]],
     n_gpu_layers: int = 0,
-    tensor_split: "tuple[float, ...] | None" = None,
+    tensor_split: tuple[float, ...] | None = None,
     main_gpu: int = 0,
     dry_run: bool = True,
-) -> "list[MeasuredMemory]":
+) -> list[MeasuredMemory]:
     """`measure_memory` for several contexts of one model, loading the model once.
 
     Args:
@@ -507,17 +503,7 @@ def measure_contexts(
         UserError: the file is missing, llama.cpp cannot load it or make a context, or a
             context has an unknown setting.
     """
-    import ctypes
-    import re
-
-    import llama_cpp as _llama
-
-    from ggufspec.errors import UserError
-
-    types = {"f32": _llama.GGML_TYPE_F32, "f16": _llama.GGML_TYPE_F16,
-             "q8_0": _llama.GGML_TYPE_Q8_0, "q4_0": _llama.GGML_TYPE_Q4_0}
-    flash = {"auto": _llama.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": _llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-             "off": _llama.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+    types, flash = _CACHE_TYPES, _FLASH
     allowed = {"n_ctx", "cache_type_k", "cache_type_v", "n_batch", "n_ubatch", "flash_attn", "swa_full"}
     settings = []
     for c in contexts:
@@ -532,51 +518,51 @@ def measure_contexts(
         if s["flash_attn"] not in flash:
             raise UserError(f"unknown flash attention mode {s['flash_attn']!r}; choose auto, on or off")
         settings.append(s)
-    path = _m_Path(path)
+    path = Path(path)
     if not path.is_file():
         raise UserError(f"model file not found: {path}; check the path")
 
     lines: list[str] = []
 
-    @_llama.llama_log_callback
+    @llama.llama_log_callback
     def capture(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         lines.append(text.decode("utf-8", errors="replace"))
 
     def parse_buffers(text: str) -> list[tuple[str, str, int]]:
         kinds = {"model": "model", "KV": "kv", "compute": "compute", "output": "output"}
-        return [(kinds[m.group(2)], m.group(1), round(float(m.group(3)) * _M_MIB))
-                for m in re.finditer(_M_BUFFER_LINE, text, re.M)]
+        return [(kinds[m.group(2)], m.group(1), round(float(m.group(3)) * _MIB))
+                for m in re.finditer(_BUFFER_LINE, text, re.M)]
 
-    prev_cb = _llama.llama_log_callback()
+    prev_cb = llama.llama_log_callback()
     prev_ud = ctypes.c_void_p()
-    _llama.llama_log_get(ctypes.byref(prev_cb), ctypes.byref(prev_ud))
-    _llama.llama_log_set(capture, ctypes.c_void_p(0))
+    llama.llama_log_get(ctypes.byref(prev_cb), ctypes.byref(prev_ud))
+    llama.llama_log_set(capture, ctypes.c_void_p(0))
     model = None
     split_arr = None
     results: list[MeasuredMemory] = []
     try:
-        _llama.llama_backend_init()
-        mp = _llama.llama_model_default_params()
+        llama.llama_backend_init()
+        mp = llama.llama_model_default_params()
         mp.n_gpu_layers = n_gpu_layers
         mp.main_gpu = main_gpu
         if tensor_split:
-            n = _llama.llama_max_devices()
+            n = llama.llama_max_devices()
             split_arr = (ctypes.c_float * n)(*list(tensor_split)[:n])
             mp.tensor_split = split_arr
         if dry_run:
             # the mmap path asserts !no_alloc, and repacked (extra) buffer types are real allocations
             mp.no_alloc = True
-            mp.load_mode = _llama.LLAMA_LOAD_MODE_NONE
-            mp.lazy_mode = _llama.LLAMA_LAZY_MODE_OFF
+            mp.load_mode = llama.LLAMA_LOAD_MODE_NONE
+            mp.lazy_mode = llama.LLAMA_LAZY_MODE_OFF
             mp.use_extra_bufts = False
         else:
-            mp.load_mode = _llama.LLAMA_LOAD_MODE_MMAP
-        model = _llama.llama_model_load_from_file(str(path).encode(), mp)
+            mp.load_mode = llama.LLAMA_LOAD_MODE_MMAP
+        model = llama.llama_model_load_from_file(str(path).encode(), mp)
         if not model:
-            raise UserError(f"llama.cpp could not load {path}: {_m_last_error(lines)}")
+            raise UserError(f"llama.cpp could not load {path}: {_last_error(lines)}")
         model_text = "".join(lines)
-        model_size = int(_llama.llama_model_size(model))
-        n_layer = int(_llama.llama_model_n_layer(model))
+        model_size = int(llama.llama_model_size(model))
+        n_layer = int(llama.llama_model_n_layer(model))
         weight_buffers = sum(b for k, _, b in parse_buffers(model_text) if k == "model")
         layer_devices: dict[int, tuple[str, bool]] = {}
         for m in re.finditer(r"layer\s+(\d+) assigned to device (\S+), is_swa = (\d)", model_text):
@@ -584,7 +570,7 @@ def measure_contexts(
         order = sorted(layer_devices)
         for s in settings:
             lines.clear()
-            cp = _llama.llama_context_default_params()
+            cp = llama.llama_context_default_params()
             cp.n_ctx = int(s["n_ctx"])
             cp.n_batch = int(s["n_batch"])
             cp.n_ubatch = min(int(s["n_ubatch"]), int(s["n_batch"]))
@@ -594,19 +580,19 @@ def measure_contexts(
             cp.flash_attn_type = flash[s["flash_attn"]]
             cp.swa_full = bool(s["swa_full"])
             cp.no_perf = True
-            ctx = _llama.llama_init_from_model(model, cp)
+            ctx = llama.llama_init_from_model(model, cp)
             if not ctx:
                 raise UserError(
                     f"llama.cpp could not make a context of {s['n_ctx']} tokens for {path.name}: "
-                    f"{_m_last_error(lines)} (a quantized V cache needs flash attention)"
+                    f"{_last_error(lines)} (a quantized V cache needs flash attention)"
                 )
             try:
-                actual_ctx = int(_llama.llama_n_ctx(ctx))
+                actual_ctx = int(llama.llama_n_ctx(ctx))
             finally:
-                _llama.llama_free(ctx)
+                llama.llama_free(ctx)
             text = "".join(lines)
             buffers = parse_buffers(model_text) + parse_buffers(text)
-            kv_total = sum(round(float(m.group(1)) * _M_MIB)
+            kv_total = sum(round(float(m.group(1)) * _MIB)
                            for m in re.finditer(r"llama_kv_cache: size =\s*([\d.]+) MiB", text))
             results.append(MeasuredMemory(
                 weights_bytes=weight_buffers or model_size,
@@ -621,7 +607,7 @@ def measure_contexts(
             ))
     finally:
         if model:
-            _llama.llama_model_free(model)
-        _llama.llama_log_set(prev_cb, prev_ud)
+            llama.llama_model_free(model)
+        llama.llama_log_set(prev_cb, prev_ud)
         del split_arr
     return results

@@ -24,16 +24,13 @@ Hugging Face transformers assisted generation when torch and transformers are im
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 import os
 import platform
 import re
-import shutil
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -441,7 +438,7 @@ class _Ours:
     """Our engine on one loaded target and every draft (contexts loaded once)."""
 
     def __init__(self, plan: BenchPlan) -> None:
-        from ggufspec.backend import Context, ContextSettings, Model, ModelSettings
+        from ggufspec.backend import Context, Model, ModelSettings
         from ggufspec.drafters import LookupDrafter, ModelDrafter
         from ggufspec.runtime import PairSettings, check_vocab, load_pair, resolve_path
 
@@ -1300,7 +1297,7 @@ def markdown(result: BenchResult) -> str:
         f"accept rate {_f(s['accept_rate'], '{:.1%}')}, expected by Theorem 3.8 {_f(s['expected_speedup'])}x",
         f"- target alone: {_f(s['target_alone_tps'], '{:.1f}')} tok/s; llama-bench: {_f(s['llama_bench_tps'], '{:.1f}')} tok/s "
         f"(ours / llama-bench = {_f(s['vs_llama_bench'], '{:.3f}')})",
-        f"- vs llama.cpp native `llama-speculative-simple` at each one's best K: "
+        "- vs llama.cpp native `llama-speculative-simple` at each one's best K: "
         + (f"**{_f(s['vs_native'], '{:.2f}')}x** (ours {s['best_ours']['name']} {_f(s['best_ours']['tps'], '{:.1f}')} tok/s, "
            f"native {s['best_native']['name']} {_f(s['best_native']['tps'], '{:.1f}')} tok/s)" if s.get("vs_native") else "not measured (peer absent)"),
     ]
