@@ -19,9 +19,13 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
-import llama_cpp as llama
+from ggufspec import kernels
 
-from ggufspec.errors import UserError
+kernels.activate()  # before llama_cpp is imported: it loads its libraries at import
+
+import llama_cpp as llama  # noqa: E402
+
+from ggufspec.errors import UserError  # noqa: E402
 
 # ---- process-wide set-up -------------------------------------------------------------------
 
@@ -50,6 +54,13 @@ def _ensure_init() -> None:
             llama.llama_log_set(_log_callback, ctypes.c_void_p(0))
             llama.llama_backend_init()
             _initialised = True
+
+
+def batch_invariant_kernels() -> bool:
+    """True when llama.cpp's CPU matmuls give a token the same logits whatever its batch holds,
+    for every weight type: a CPU backend without llamafile's tinyBLAS (see ggufspec.kernels).
+    With tinyBLAS only Q8_0/Q4_0/Q4_1 weights are batch-invariant (measured)."""
+    return b"LLAMAFILE = 1" not in llama.llama_print_system_info()
 
 
 def physical_cores() -> int:

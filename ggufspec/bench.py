@@ -353,7 +353,12 @@ def _label(ref: str) -> str:
     if ref == LOOKUP:
         return LOOKUP
     if ref.startswith("embedded:"):
-        return ref.rsplit(":", 1)[-1].upper()
+        quant = ref.rsplit(":", 1)[-1].upper()
+        if quant == "AUTO":
+            from ggufspec.embedded import exact_target_quant
+
+            quant = exact_target_quant()
+        return quant
     if ref.endswith(".gguf"):
         return Path(ref).stem
     return ref.rsplit("/", 1)[-1]
@@ -1219,9 +1224,19 @@ def machine_info(*, n_threads: int | None = None) -> dict:
         "gpus": gpus,
         "os": platform.platform(),
         "threads": n_threads,
+        "batch_invariant_kernels": _batch_invariant_kernels(),
         "load_end": _load(),
         "versions": versions,
     }
+
+
+def _batch_invariant_kernels() -> bool | None:
+    try:
+        from ggufspec.backend import batch_invariant_kernels
+
+        return batch_invariant_kernels()
+    except Exception:
+        return None
 
 
 def _load() -> dict:
@@ -1287,7 +1302,9 @@ def markdown(result: BenchResult) -> str:
         "",
         f"**Machine**: {m['cpu']}, {m['physical_cores']} cores ({m['logical_cores']} logical), "
         f"{m['ram_bytes'] / 2**30:.0f} GiB RAM, {'GPUs: ' + ', '.join(g['name'] for g in m['gpus']) if m['gpus'] else 'no GPU'}; "
-        f"{m['threads']} threads; llama-cpp-python {m['versions'].get('llama_cpp')}, Python {m['versions']['python']}; "
+        f"{m['threads']} threads; llama-cpp-python {m['versions'].get('llama_cpp')}"
+        f"{' (CPU backend without llamafile: batch-invariant kernels)' if m.get('batch_invariant_kernels') else ''}, "
+        f"Python {m['versions']['python']}; "
         f"load average at start / end {_loadtext(m.get('load_start'))} / {_loadtext(m.get('load_end'))}.",
         "",
         "## Headline",

@@ -21,11 +21,12 @@ from typing import Callable
 
 from ggufspec.errors import UserError
 
-# The default pair, chosen by measurement on a 2-core CPU (see models/default.toml): the target
-# must be an encoding whose llama.cpp CPU kernels are batch-invariant (Q8_0, Q4_0, Q4_1 with flash
-# attention; F32/F16/BF16/K-quants are not), or greedy output can differ from the target alone at
-# near-ties. Q8_0 is the most precise such encoding; the shipped Q4_1 drafts with the best agreement.
-DEFAULT_TARGET = "embedded:smollm2:Q8_0"
+# The default pair, chosen by measurement on a 2-core CPU (see models/default.toml). "auto" is the
+# most precise encoding whose greedy output this llama.cpp build keeps token-identical to the target
+# alone (exact_target_quant): F32 with batch-invariant kernels (scripts/build_exact_kernels.sh), else
+# Q8_0 (with llamafile's tinyBLAS only Q8_0/Q4_0/Q4_1 weights are batch-invariant). The shipped Q4_1
+# drafts with the best agreement.
+DEFAULT_TARGET = "embedded:smollm2:auto"
 DEFAULT_DRAFT = "embedded:smollm2:Q4_1"
 
 
@@ -100,7 +101,8 @@ def resolve_embedded(name: str, quant: str) -> Path:
 
     Args:
         name: "smollm2" or "gemma3-270m".
-        quant: llama.cpp file type: the shipped one, or one to derive ("F32", "F16", "Q8_0", "Q4_0", "Q2_K", ...).
+        quant: llama.cpp file type: the shipped one, or one to derive ("F32", "F16", "Q8_0", "Q4_0", "Q2_K", ...),
+            or "auto" (see exact_target_quant).
 
     Raises:
         UserError: unknown name, missing package, unknown quant.
@@ -109,7 +111,7 @@ def resolve_embedded(name: str, quant: str) -> Path:
     if model is None:
         raise UserError(f"unknown embedded model {name!r}; choose one of: {', '.join(EMBEDDED)}")
     src = model.locate()
-    quant = quant.upper()
+    quant = exact_target_quant() if quant.upper() == "AUTO" else quant.upper()
     if quant == model.shipped_quant:
         return src
     from ggufspec import backend  # only deriving needs llama.cpp
@@ -122,6 +124,15 @@ def resolve_embedded(name: str, quant: str) -> Path:
     if not dst.is_file():
         backend.quantize(src=src, dst=dst, ftype=quant)
     return dst
+
+
+def exact_target_quant() -> str:
+    """The encoding `auto` picks: F32 where this llama.cpp build's CPU kernels are batch-invariant
+    for every weight type (greedy speculative output then equals the target alone), else Q8_0,
+    the most precise encoding that stock kernels compute batch-invariantly (measured)."""
+    from ggufspec import backend
+
+    return "F32" if backend.batch_invariant_kernels() else "Q8_0"
 
 
 def parse_embedded(text: str) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """The library API: load a target and a draft once, then generate many times.
 
-    pair = load_pair(target="embedded:smollm2:Q8_0", draft="embedded:smollm2:Q4_1")
+    pair = load_pair(target="embedded:smollm2:auto", draft="embedded:smollm2:Q4_1")
     out = pair.generate(prompt="Once upon a time", max_tokens=64).run()
     print(out.text, out.stats.gen_tps, out.stats.accept_rate)
 

@@ -12,30 +12,11 @@
 # Afterwards `ggufspec bench` finds the binaries in <dir>/bin and measures against them.
 set -euo pipefail
 
-DIR="${GGUFSPEC_NATIVE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ggufspec/native}"
 JOBS="${JOBS:-2}"
-VERSION="${LLAMA_CPP_PYTHON_VERSION:-$(python -c 'import llama_cpp; print(llama_cpp.__version__)' 2>/dev/null || true)}"
-if [[ -z "$VERSION" ]]; then
-  echo "error: llama_cpp is not importable; set LLAMA_CPP_PYTHON_VERSION" >&2
-  exit 2
-fi
-
-mkdir -p "$DIR/src" "$DIR/bin"
-SDIST="${SDIST:-$DIR/src/llama_cpp_python-$VERSION.tar.gz}"
-if [[ ! -f "$SDIST" ]]; then
-  echo "downloading the llama-cpp-python $VERSION sdist (llama.cpp source is vendored inside)"
-  pip download "llama-cpp-python==$VERSION" --no-binary :all: --no-deps -d "$DIR/src"
-fi
-
-SRC="$DIR/src/llama_cpp_python-$VERSION/vendor/llama.cpp"
-if [[ ! -f "$SRC/CMakeLists.txt" ]]; then
-  echo "extracting $SDIST"
-  tar xzf "$SDIST" -C "$DIR/src" "llama_cpp_python-$VERSION/vendor/llama.cpp"
-fi
+source "$(dirname "$0")/llama_cpp_source.sh"
+mkdir -p "$DIR/bin"
 
 BUILD="$DIR/build-$VERSION"
-GEN=()
-command -v ninja >/dev/null && GEN=(-G Ninja)
 cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" \
   -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=OFF \

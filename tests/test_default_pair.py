@@ -1,4 +1,5 @@
-"""The embedded default pair (real SmolLM2-135M-Instruct weights, Q8_0 target, Q4_1 draft):
+"""The embedded default pair (real SmolLM2-135M-Instruct weights; the target F32 with batch-invariant
+kernels, else Q8_0; the Q4_1 draft):
 greedy speculative output is token-identical to the target alone on 20 prompts for every
 drafter and draft-length policy; the CLI runs it with no model arguments."""
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from ggufspec.drafters import DraftLengthSettings, LookupDrafter
+from ggufspec.embedded import exact_target_quant
 from ggufspec.engine import SpeculativeSettings
 from ggufspec.runtime import PairSettings, load_pair
 
@@ -90,7 +92,7 @@ def test_cli_runs_the_default_pair_with_no_model_arguments() -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["identical"] is True
-    assert "Q8_0" in out["target"] and out["draft"].endswith("Q4_1.gguf")
+    assert f".{exact_target_quant()}." in out["target"] and out["draft"].endswith("Q4_1.gguf")
     assert out["stats"]["drafted"] > 0  # at least the pacer's probe
 
 
@@ -99,7 +101,7 @@ def test_cli_runs_a_catalog_pair_by_name() -> None:
                            "-n", "8", "--json"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert "Q8_0" in out["target"] and out["draft"].endswith("Q4_1.gguf")
+    assert f".{exact_target_quant()}." in out["target"] and out["draft"].endswith("Q4_1.gguf")
     assert out["stats"]["generated_tokens"] >= 1
 
 

@@ -1,8 +1,9 @@
 """Generate with a target model sped up by a draft model (or prompt lookup).
 
-With no --target/--draft, uses the embedded default pair (SmolLM2-135M-Instruct: a Q8_0 target
-and its Q4_1 draft). Greedy (--temp 0, the default) output is token-identical to the target alone;
-sampling keeps the target's distribution (rejection sampling, Leviathan et al. / Chen et al. 2023).
+With no --target/--draft, uses the embedded default pair (SmolLM2-135M-Instruct: an F32 target
+where scripts/build_exact_kernels.sh has been run, else Q8_0, and its Q4_1 draft). Greedy (--temp 0,
+the default) output is token-identical to the target alone; sampling keeps the target's
+distribution (rejection sampling, Leviathan et al. / Chen et al. 2023).
 
 examples:
   ggufspec run -p "Write a haiku about the sea" --chat --compare

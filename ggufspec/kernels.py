@@ -1,0 +1,83 @@
+"""Batch-invariant CPU kernels: an overlay of llama.cpp's CPU backend built without llamafile.
+
+Greedy speculative output equals the target alone only if a token's logits do not depend on
+how many tokens share its batch. llama.cpp's CPU backend multiplies a one-row batch with ggml's
+own dot products, but a batch of 2+ rows with llamafile's tinyBLAS (ggml-cpu/llamafile/sgemm.cpp:
+"only enable sgemm for prompt processing"). For Q8_0/Q4_0/Q4_1 weights both sum in the same order;
+for F32/F16/BF16 they do not: max |logit| difference 0.038 between a one-row decode and the same
+token in a batch of 5, SmolLM2-135M F32, 880 tokens of context (measured). Built with
+GGML_LLAMAFILE=OFF, every batch size takes ggml's dot products: 0.0 for F32, F16 and Q8_0.
+
+`scripts/build_exact_kernels.sh` builds that `libggml-cpu` from the llama.cpp source vendored in
+the sdist of the installed llama-cpp-python, into `overlay_dir()` beside copies of the installed
+libraries. `activate()` (called by `ggufspec.backend` before it imports llama_cpp) points
+llama-cpp-python at it through its own LLAMA_CPP_LIB_PATH. Nothing here imports llama_cpp; the
+backend checks what was really loaded (`backend.batch_invariant_kernels()`).
+
+GGUFSPEC_KERNELS=stock keeps the installed libraries; a LLAMA_CPP_LIB_PATH set by the user wins.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+
+# the libraries llama-cpp-python loads from LLAMA_CPP_LIB_PATH (llama_cpp.llama_cpp, llama_cpp.mtmd_cpp)
+_REQUIRED = ("libllama.so", "libggml.so", "libggml-base.so", "libggml-cpu.so")
+
+
+def installed_version() -> str | None:
+    """Version of the installed llama-cpp-python, read without importing it."""
+    try:
+        return metadata.version("llama-cpp-python")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def overlay_dir(version: str | None = None) -> Path | None:
+    """Where the overlay for `version` (default: the installed one) lives; None if not installed."""
+    from ggufspec.embedded import cache_dir
+
+    version = version or installed_version()
+    if version is None:
+        return None
+    return cache_dir() / "kernels" / f"llama-cpp-python-{version}" / "lib"
+
+
+def activate() -> Path | None:
+    """Point llama-cpp-python at the overlay if one was built for the installed version.
+
+    Returns:
+        The overlay directory in use, or None: none built, GGUFSPEC_KERNELS=stock, the user set
+        LLAMA_CPP_LIB_PATH, or llama_cpp was already imported (too late to choose its libraries).
+    """
+    if "llama_cpp" in sys.modules:
+        return None
+    lib = overlay_dir()
+    if os.environ.get("GGUFSPEC_KERNELS", "").lower() == "stock":
+        if lib is not None and os.environ.get("LLAMA_CPP_LIB_PATH") == str(lib):
+            del os.environ["LLAMA_CPP_LIB_PATH"]  # inherited from a parent process that used it
+        return None
+    if os.environ.get("LLAMA_CPP_LIB_PATH"):
+        return None
+    if lib is None or not all((lib / name).is_file() for name in _REQUIRED) or not _matches_installed(lib):
+        return None
+    os.environ["LLAMA_CPP_LIB_PATH"] = str(lib)
+    return lib
+
+
+def _matches_installed(lib: Path) -> bool:
+    """The overlay's libllama is a copy (cp -a: same size and mtime) of the installed one: a
+    reinstalled llama-cpp-python (another build of the same version) makes a stale overlay unused."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or spec.origin is None:
+        return False
+    installed = Path(spec.origin).parent / "lib" / "libllama.so"
+    try:
+        a, b = installed.stat(), (lib / "libllama.so").stat()
+    except OSError:
+        return False
+    return a.st_size == b.st_size and int(a.st_mtime) == int(b.st_mtime)

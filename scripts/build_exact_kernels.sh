@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Build batch-invariant CPU kernels for exact greedy speculative decoding (see ggufspec/kernels.py).
+#
+# llama.cpp's CPU backend multiplies batches of 2+ rows with llamafile's tinyBLAS and single rows
+# with ggml's own dot products; for F32/F16/BF16 weights the two round differently, so a verify
+# batch can flip a greedy near-tie. This builds llama.cpp's CPU backend (libggml-cpu) without
+# llamafile, from the llama.cpp source inside the llama-cpp-python sdist of the installed version,
+# and puts it beside copies of the installed libraries in ~/.cache/ggufspec/kernels/. ggufspec
+# loads it from there on its own; GGUFSPEC_KERNELS=stock turns it off. About a minute on 2 cores.
+#
+#   scripts/build_exact_kernels.sh          # once per llama-cpp-python version (a no-op when built)
+#   FORCE=1 scripts/build_exact_kernels.sh  # rebuild
+set -euo pipefail
+
+JOBS="${JOBS:-2}"
+source "$(dirname "$0")/llama_cpp_source.sh"
+
+CACHE="${GGUFSPEC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ggufspec}"
+OUT="$CACHE/kernels/llama-cpp-python-$VERSION/lib"
+INSTALLED="$(python -c 'import importlib.util, pathlib; s = importlib.util.find_spec("llama_cpp"); print(pathlib.Path(s.origin).parent / "lib")')"
+if [[ ! -f "$INSTALLED/libllama.so" ]]; then
+  echo "error: no libllama.so in $INSTALLED; reinstall llama-cpp-python" >&2
+  exit 2
+fi
+# built, and for this very build of llama-cpp-python (a reinstall makes the overlay stale)
+if [[ -f "$OUT/libggml-cpu.so" && -z "${FORCE:-}" ]] && cmp -s "$INSTALLED/libllama.so" "$OUT/libllama.so"; then
+  echo "exact kernels already built: $OUT"
+  exit 0
+fi
+
+BUILD="$DIR/build-exact-$VERSION"
+cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -Wno-dev \
+  -DCMAKE_BUILD_TYPE=Release \
+  -DBUILD_SHARED_LIBS=ON \
+  -DGGML_NATIVE=ON \
+  -DGGML_LLAMAFILE=OFF \
+  -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+  -DLLAMA_BUILD_SERVER=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF >/dev/null
+cmake --build "$BUILD" --config Release -j "$JOBS" --target ggml-cpu >/dev/null
+
+# Assemble in a temporary directory, then rename: a half-built overlay is never picked up.
+TMP="$(mktemp -d "$CACHE/kernels/.tmp.XXXXXX" 2>/dev/null || { mkdir -p "$CACHE/kernels"; mktemp -d "$CACHE/kernels/.tmp.XXXXXX"; })"
+trap 'rm -rf "$TMP"' EXIT
+cp -a "$INSTALLED"/. "$TMP"/
+rm -f "$TMP"/libggml-cpu.so*
+cp -a "$BUILD"/bin/libggml-cpu.so* "$TMP"/
+mkdir -p "$(dirname "$OUT")"
+rm -rf "$OUT"
+mv "$TMP" "$OUT"
+trap - EXIT
+python - "$OUT" <<'PY'
+import os, subprocess, sys
+env = dict(os.environ, LLAMA_CPP_LIB_PATH=sys.argv[1])
+info = subprocess.run([sys.executable, "-c", "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"],
+                      env=env, capture_output=True, text=True, check=True).stdout
+if "LLAMAFILE = 1" in info:
+    sys.exit(f"error: the overlay in {sys.argv[1]} still reports llamafile: {info.strip()}")
+PY
+echo "built: $OUT (llama.cpp CPU backend without llamafile, llama-cpp-python $VERSION)"

@@ -1,0 +1,89 @@
+"""Batch-invariant kernels: the overlay is picked up, refused when stale or switched off, and the
+target `auto` picks is exact on whatever build is loaded (one-row and batch logits bit-identical)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ggufspec import backend, kernels
+from ggufspec.embedded import exact_target_quant, resolve_embedded
+
+INSTALLED_LIB = Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib"
+
+
+def _probe(env: dict[str, str]) -> dict:
+    """In a fresh interpreter (llama_cpp not yet imported): what activate() did and what loaded."""
+    code = (
+        "import json, os; from ggufspec import kernels; lib = kernels.activate(); "
+        "from ggufspec import backend; "
+        "print(json.dumps({'lib': str(lib) if lib else None, 'env': os.environ.get('LLAMA_CPP_LIB_PATH'), "
+        "'invariant': backend.batch_invariant_kernels()}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _fake_overlay(cache: Path) -> Path:
+    """An overlay made of copies of the installed libraries (cp -a keeps size and mtime)."""
+    lib = cache / "kernels" / f"llama-cpp-python-{kernels.installed_version()}" / "lib"
+    shutil.copytree(INSTALLED_LIB, lib, copy_function=shutil.copy2)
+    return lib
+
+
+def _env(cache: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("LLAMA_CPP_LIB_PATH", "GGUFSPEC_KERNELS")}
+    return env | {"GGUFSPEC_CACHE": str(cache)} | extra
+
+
+def test_no_overlay_keeps_the_installed_libraries(tmp_path: Path) -> None:
+    got = _probe(_env(tmp_path))
+    assert got["lib"] is None and got["env"] is None
+
+
+def test_an_overlay_for_the_installed_build_is_activated(tmp_path: Path) -> None:
+    lib = _fake_overlay(tmp_path)
+    got = _probe(_env(tmp_path))
+    assert got["lib"] == str(lib) and got["env"] == str(lib)
+
+
+def test_stale_overlay_stock_switch_and_user_path_are_respected(tmp_path: Path) -> None:
+    lib = _fake_overlay(tmp_path)
+    # GGUFSPEC_KERNELS=stock: not used, and an inherited pointer to it is dropped
+    got = _probe(_env(tmp_path, GGUFSPEC_KERNELS="stock", LLAMA_CPP_LIB_PATH=str(lib)))
+    assert got["lib"] is None and got["env"] is None
+    # the user's own LLAMA_CPP_LIB_PATH wins
+    got = _probe(_env(tmp_path, LLAMA_CPP_LIB_PATH=str(INSTALLED_LIB)))
+    assert got["lib"] is None and got["env"] == str(INSTALLED_LIB)
+    # a reinstalled llama-cpp-python (another libllama of the same version): the overlay is stale
+    os.utime(lib / "libllama.so", (0, 0))
+    assert _probe(_env(tmp_path))["lib"] is None
+
+
+def test_the_auto_target_is_batch_invariant_on_this_build() -> None:
+    # F32 with the overlay, Q8_0 without: either way one-row and batch logits are bit-identical
+    quant = exact_target_quant()
+    assert quant == ("F32" if backend.batch_invariant_kernels() else "Q8_0")
+    model = backend.Model(resolve_embedded("smollm2", "auto"))
+    settings = backend.ContextSettings(n_ctx=512, cache_type_k="q8_0", cache_type_v="q8_0")
+    one, batch = backend.Context(model, settings=settings), backend.Context(model, settings=settings)
+    try:
+        tokens = model.tokenize("The printing press spread across Europe within decades. " * 8)[:80]
+        one.decode(tokens[:70])
+        batch.decode(tokens[:70])
+        rows = []
+        for tok in tokens[70:75]:
+            one.decode([tok])
+            rows.append(one.logits(-1).copy())
+        batch.decode(tokens[70:75], logits="all")
+        for j, row in enumerate(rows):
+            assert np.array_equal(batch.logits(j), row), (quant, j, float(np.abs(batch.logits(j) - row).max()))
+    finally:
+        one.close(), batch.close(), model.close()
