@@ -647,10 +647,12 @@ class _LlamaCppPython:
 def transformers_available() -> str | None:
     """None when torch and transformers import; else why not (for the report)."""
     try:
+        import accelerate  # noqa: F401  (transformers needs it to load a GGUF file)
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except Exception as exc:  # ImportError, or a broken install
-        return f"transformers assisted generation skipped: {type(exc).__name__}: {exc}"
+        return (f"transformers assisted generation skipped: {type(exc).__name__}: {exc} "
+                "(pip install 'ggufspec[peers]' and a CPU torch)")
     return None
 
 

@@ -17,9 +17,11 @@ which: greedy output stays the target's; sampled output keeps the target's distr
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
-_EMA = 0.25  # weight of a new timing in the running estimates
+_WINDOW = 5  # timings kept per estimate; the estimate is their median (one outlier cannot swing it)
 _DECAY = 0.9  # per-round decay of the acceptance counts (recent text matters most)
 
 
@@ -53,21 +55,40 @@ class DraftPacer:
     max_pause: int = 256
     hopeless_pause: int = 2048
     probe_len: int = 4
+    # drafting rounds to have seen before a hopeless verdict: one noisy first probe (a cold verify
+    # batch, a busy machine) must not switch drafting off for the whole run
+    hopeless_after: int = 3
     # prior of the accept rate: 2 accepted, 0.5 rejections (a = 0.8), so a first probe is not dismissed
     prior_accepted: float = 2.0
     prior_rejections: float = 0.5
-    t_1: float | None = field(default=None, init=False)
-    t_row: float | None = field(default=None, init=False)
-    t_draft: float | None = field(default=None, init=False)
+    _t_1: deque = field(default_factory=lambda: deque(maxlen=_WINDOW), init=False, repr=False)
+    _t_row: deque = field(default_factory=lambda: deque(maxlen=_WINDOW), init=False, repr=False)
+    _t_draft: deque = field(default_factory=lambda: deque(maxlen=_WINDOW), init=False, repr=False)
     _accepted: float = field(default=0.0, init=False)
     _rejections: float = field(default=0.0, init=False)
     _pause_left: int = field(default=0, init=False)
     _next_pause: int = field(default=0, init=False)
     _probe: bool = field(default=False, init=False)
+    _draft_rounds: int = field(default=0, init=False)
     paused_rounds: int = field(default=0, init=False)  # rounds this pacer has held drafting back
 
     def __post_init__(self) -> None:
         self._next_pause = self.first_pause
+
+    @property
+    def t_1(self) -> float | None:
+        """One-row target decode, seconds (median of the last plain rounds)."""
+        return statistics.median(self._t_1) if self._t_1 else None
+
+    @property
+    def t_row(self) -> float | None:
+        """Each extra row of a verify batch, seconds."""
+        return statistics.median(self._t_row) if self._t_row else None
+
+    @property
+    def t_draft(self) -> float | None:
+        """One drafted token, seconds."""
+        return statistics.median(self._t_draft) if self._t_draft else None
 
     @property
     def accept_rate(self) -> float:
@@ -106,7 +127,7 @@ class DraftPacer:
             best = self.best_gain(k_max=k_max)
             if best is not None and best[0] == 0:
                 perfect = self.best_gain(k_max=k_max, accept_rate=1.0)
-                if perfect is not None and perfect[0] == 0:
+                if perfect is not None and perfect[0] == 0 and self._draft_rounds >= self.hopeless_after:
                     # even a draft that is always right loses: the costs, not the text, decide
                     self._pause_left = self.hopeless_pause
                 else:
@@ -128,17 +149,17 @@ class DraftPacer:
         `draft_calls`: the draft's decode calls in `draft_s` (None: one per drafted token; 0: a
         drafter with no model, whose time per token is draft_s / drafted)."""
         if drafted == 0:
-            self.t_1 = verify_s if self.t_1 is None else (1 - _EMA) * self.t_1 + _EMA * verify_s
+            self._t_1.append(verify_s)
             return
+        self._draft_rounds += 1
         self._accepted = _DECAY * self._accepted + accepted
         self._rejections = _DECAY * self._rejections + (accepted < drafted)
         # t_draft per drafted token: a model drafter makes about one decode call per token, but a
         # round whose first call was a catch-up (not counted) must not look cheaper than it is
         per_draft = draft_s / (draft_calls or drafted)
-        self.t_draft = per_draft if self.t_draft is None else (1 - _EMA) * self.t_draft + _EMA * per_draft
+        self._t_draft.append(per_draft)
         if self.t_1 is not None:
-            row = max(0.0, (verify_s - self.t_1) / drafted)
-            self.t_row = row if self.t_row is None else (1 - _EMA) * self.t_row + _EMA * row
+            self._t_row.append(max(0.0, (verify_s - self.t_1) / drafted))
         best = self.best_gain(k_max=max(drafted, 1))
         if best is not None and best[0] > 0:
             self._next_pause = self.first_pause  # drafting pays again: a later pause starts short

@@ -80,6 +80,41 @@ def exact_cache_type(target: Path, *, n_gpu_layers: int) -> str:
     return "q8_0" if dims and all(d % 32 == 0 for d in dims) else "f16"
 
 
+# Weight types whose products llama.cpp's stock CPU kernels compute the same way for a one-row
+# decode and inside a verify batch (measured: max |logit| difference 0 for Q8_0, Q4_0, Q4_1;
+# 0.038 for F32, 0.04 for F16, up to 0.7 for K-quants, where llamafile's tinyBLAS takes batches).
+STOCK_BATCH_INVARIANT_TYPES = frozenset({"Q8_0", "Q4_0", "Q4_1"})
+
+
+def greedy_exactness(target: Path, *, n_gpu_layers: int, cache_type: str, invariant_kernels: bool) -> str | None:
+    """Why greedy speculative output may differ from the target alone at near-ties; None: it cannot.
+
+    Args:
+        target: the target GGUF.
+        n_gpu_layers: target layers offloaded (GPU kernels pick different code per batch size).
+        cache_type: the target's KV cache type (f16 attention is batch-dependent past 256 tokens).
+        invariant_kernels: the CPU backend has no llamafile (backend.batch_invariant_kernels()).
+    """
+    if n_gpu_layers != 0:
+        return "the target runs on a GPU, whose kernels differ by batch size: rare near-tie flips are possible"
+    reasons = []
+    if cache_type not in ("q8_0", "q4_0"):
+        reasons.append(f"an {cache_type} KV cache makes attention depend on the batch past 256 tokens "
+                       "(--cache-type q8_0 avoids it where the head size allows)")
+    if not invariant_kernels:
+        from ggufspec.ggufinfo import read_model_info
+
+        info = read_model_info(target)
+        # the matmul weights: every matrix but a token embedding that is only looked up
+        types = {t.ggml_type for t in info.tensors
+                 if len(t.shape) >= 2 and (t.name != "token_embd.weight" or info.tied_embeddings)}
+        odd = sorted(types - STOCK_BATCH_INVARIANT_TYPES)
+        if odd:
+            reasons.append(f"{'/'.join(odd)} weights are not batch-invariant on llama.cpp's stock CPU kernels "
+                           "(run scripts/build_exact_kernels.sh)")
+    return "; ".join(reasons) or None
+
+
 def _model_settings(target: Path, draft: Path | None, settings: PairSettings) -> tuple[ModelSettings, ModelSettings]:
     """Offload of target and draft: explicit layer counts, or the planner's for "auto"
     (the draft whole on one GPU first, then target layers); all on the CPU with no GPU."""
@@ -125,6 +160,8 @@ class SpeculativePair:
     settings: PairSettings = field(default_factory=PairSettings)
     # the pacer's cost estimates per drafter, kept across generations (learned once per pair)
     pacers: dict[int, DraftPacer] = field(default_factory=dict, repr=False)
+    # why greedy output may differ from the target alone on this build (None: it cannot)
+    inexact_greedy: str | None = None
 
     def pacer_for(self, drafter: Drafter) -> DraftPacer:
         return self.pacers.setdefault(id(drafter), DraftPacer())
@@ -267,8 +304,13 @@ def load_pair(
     target_model = Model(target_path, settings=target_load)
     target_ctx = Context(target_model, settings=ctx_settings)
     target_ctx.warmup()
+    from ggufspec.backend import batch_invariant_kernels
+
     pair = SpeculativePair(
-        target_path=target_path, target_model=target_model, target_ctx=target_ctx, drafter=None, settings=settings
+        target_path=target_path, target_model=target_model, target_ctx=target_ctx, drafter=None, settings=settings,
+        inexact_greedy=greedy_exactness(target_path, n_gpu_layers=target_load.n_gpu_layers,
+                                        cache_type=ctx_settings.cache_type_k,
+                                        invariant_kernels=batch_invariant_kernels()),
     )
     if draft is not None and str(draft) == LOOKUP:
         pair.drafter = LookupDrafter(ngram_max=settings.lookup_ngram_max, ngram_min=settings.lookup_ngram_min)

@@ -87,3 +87,34 @@ def test_the_auto_target_is_batch_invariant_on_this_build() -> None:
             assert np.array_equal(batch.logits(j), row), (quant, j, float(np.abs(batch.logits(j) - row).max()))
     finally:
         one.close(), batch.close(), model.close()
+
+
+def test_greedy_exactness_names_what_breaks_it(tiny_target: Path, tiny_target_q8: Path) -> None:
+    from ggufspec.ggufinfo import read_model_info
+    from ggufspec.runtime import greedy_exactness
+
+    assert read_model_info(tiny_target).file_type in ("F32", "F16")
+    kw = dict(n_gpu_layers=0, cache_type="q8_0")
+    assert greedy_exactness(tiny_target_q8, invariant_kernels=False, **kw) is None
+    assert greedy_exactness(tiny_target, invariant_kernels=True, **kw) is None
+    reason = greedy_exactness(tiny_target, invariant_kernels=False, **kw)
+    assert reason is not None and "build_exact_kernels.sh" in reason
+    assert "f16 KV cache" in greedy_exactness(tiny_target_q8, invariant_kernels=True, n_gpu_layers=0, cache_type="f16")
+    assert "GPU" in greedy_exactness(tiny_target_q8, invariant_kernels=True, n_gpu_layers=-1, cache_type="q8_0")
+
+
+def test_run_notes_an_inexact_pair_on_stderr(tiny_target: Path, tiny_draft: Path) -> None:
+    common = [sys.executable, "-m", "ggufspec.cli", "run", "--target", str(tiny_target), "--draft", str(tiny_draft),
+              "-p", "hello", "-n", "4", "--threads", "1", "--ctx", "256", "--json"]
+    stock = subprocess.run(common, capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, GGUFSPEC_KERNELS="stock"))
+    assert stock.returncode == 0, stock.stderr
+    json.loads(stock.stdout)  # stdout stays one JSON object
+    if "LLAMAFILE = 1" in subprocess.run(
+        [sys.executable, "-c", "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"],
+        capture_output=True, text=True, env=_env(Path("/nonexistent")), check=True,
+    ).stdout:
+        assert stock.stderr.startswith("note: ") and "not batch-invariant" in stock.stderr
+    assert "f16 KV cache" in stock.stderr  # the tiny model's head size rules out a q8_0 cache
+    f16 = subprocess.run([*common, "--cache-type", "f16"], capture_output=True, text=True, timeout=120)
+    assert f16.returncode == 0 and "note: an f16 KV cache" in f16.stderr

@@ -29,13 +29,29 @@ def test_first_round_calibrates_the_target_alone() -> None:
 
 def test_a_draft_as_slow_as_the_target_pauses_long_even_when_all_is_accepted() -> None:
     # c = 1.2 and verify rows 0.4 of a step: at a = 1, K = 8 gives 9 / (9.6 + 1 + 3.2) = 0.65x
-    pacer = DraftPacer(hopeless_pause=40)
+    pacer = DraftPacer(first_pause=2, hopeless_pause=40, hopeless_after=2)
     _feed(pacer, t_1=0.010, t_row=0.004, t_draft=0.012, k=4, accepted=4)
     assert pacer.best_gain(k_max=8) == (0, 1.0)
     assert pacer.best_gain(k_max=8, accept_rate=1.0) == (0, 1.0)
+    # one probe is not a verdict (it may have been a noisy one): a short pause, then probe again
+    assert [pacer.draft_len(proposed=8, k_max=8) for _ in range(3)] == [0, 0, 4]
+    _feed(pacer, t_1=0.010, t_row=0.004, t_draft=0.012, k=4, accepted=4)
     lengths = [pacer.draft_len(proposed=8, k_max=8) for _ in range(41)]
-    assert lengths == [0] * 40 + [4]  # then one short probe
-    assert pacer.paused_rounds == 40
+    assert lengths == [0] * 40 + [4]  # the second confirms it: a long pause, then one short probe
+    assert pacer.paused_rounds == 42
+
+
+def test_one_noisy_probe_does_not_switch_drafting_off() -> None:
+    # the first probe's verify ran 10x slow (a cold batch): a short pause; the next probe, timed
+    # normally, shows drafting pays and the pacer keeps drafting
+    pacer = DraftPacer(first_pause=4)
+    pacer.observe(drafted=0, accepted=0, draft_s=0.0, verify_s=0.015)
+    pacer.observe(drafted=4, accepted=4, draft_s=4 * 0.016, verify_s=0.20)
+    assert pacer.best_gain(k_max=8, accept_rate=1.0)[0] == 0
+    assert [pacer.draft_len(proposed=8, k_max=8) for _ in range(5)] == [0, 0, 0, 0, 4]
+    for _ in range(4):
+        pacer.observe(drafted=4, accepted=4, draft_s=4 * 0.0065, verify_s=0.020)
+    assert pacer.draft_len(proposed=8, k_max=8) == 8
 
 
 def test_a_draft_that_would_pay_if_right_backs_off_and_probes() -> None:

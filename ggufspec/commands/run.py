@@ -124,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
     with load_pair(target=target, draft=draft, settings=settings, p_min=args.draft_p_min) as pair:
         if args.draft == "none":
             pair.drafter = None
+        if pair.drafter is not None and sampling.greedy and pair.inexact_greedy:
+            sys.stderr.write(f"note: {pair.inexact_greedy}\n")
         messages = [{"role": "user", "content": args.prompt}] if args.chat else None
         tokens = pair.encode(prompt=None if args.chat else args.prompt, messages=messages)
         gen = pair.generate(
