@@ -35,8 +35,11 @@ cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -Wno-dev \
   -DGGML_NATIVE=ON \
   -DGGML_LLAMAFILE=OFF \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
-  -DLLAMA_BUILD_SERVER=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF >/dev/null
-cmake --build "$BUILD" --config Release -j "$JOBS" --target ggml-cpu >/dev/null
+  -DLLAMA_BUILD_SERVER=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF >"$BUILD.log" 2>&1 \
+  || { cat "$BUILD.log" >&2; echo "error: cmake could not configure llama.cpp (log above)" >&2; exit 1; }
+echo "building llama.cpp's CPU backend without llamafile (about a minute on 2 cores)"
+cmake --build "$BUILD" --config Release -j "$JOBS" --target ggml-cpu >>"$BUILD.log" 2>&1 \
+  || { tail -30 "$BUILD.log" >&2; echo "error: the build failed (log: $BUILD.log)" >&2; exit 1; }
 
 # Assemble in a temporary directory, then rename: a half-built overlay is never picked up.
 TMP="$(mktemp -d "$CACHE/kernels/.tmp.XXXXXX" 2>/dev/null || { mkdir -p "$CACHE/kernels"; mktemp -d "$CACHE/kernels/.tmp.XXXXXX"; })"
