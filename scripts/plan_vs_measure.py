@@ -41,7 +41,9 @@ def default_models() -> list[tuple[str, Path]]:
 
 def rows(name: str, path: Path) -> list[str]:
     info = read_model_info(path)
-    grid = [dict(n_ctx=n, cache_type_k=c, cache_type_v=c) for n in CONTEXTS for c in CACHES]
+    # a quantized cache needs head sizes divisible by its block (32): tiny models may only take f16
+    caches = [c for c in CACHES if c == "f16" or all(d % 32 == 0 for d in (*info.head_dim_k, *info.head_dim_v))]
+    grid = [dict(n_ctx=n, cache_type_k=c, cache_type_v=c) for n in CONTEXTS for c in caches]
     out = []
     for kw, measured in zip(grid, measure_contexts(path=path, contexts=grid)):
         estimate = estimate_memory(info, ContextSpec(**kw))
