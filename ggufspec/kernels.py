@@ -19,6 +19,7 @@ GGUFSPEC_KERNELS=stock keeps the installed libraries; a LLAMA_CPP_LIB_PATH set b
 
 from __future__ import annotations
 
+import filecmp
 import importlib.util
 import os
 import sys
@@ -70,14 +71,14 @@ def activate() -> Path | None:
 
 
 def _matches_installed(lib: Path) -> bool:
-    """The overlay's libllama is a copy (cp -a: same size and mtime) of the installed one: a
-    reinstalled llama-cpp-python (another build of the same version) makes a stale overlay unused."""
+    """The overlay's libllama is a byte-for-byte copy of the installed one (what the build script
+    checks too): a llama-cpp-python rebuilt differently makes a stale overlay unused. A new venv
+    installing the same cached wheel has the same bytes, so it keeps using the overlay."""
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or spec.origin is None:
         return False
     installed = Path(spec.origin).parent / "lib" / "libllama.so"
     try:
-        a, b = installed.stat(), (lib / "libllama.so").stat()
+        return filecmp.cmp(installed, lib / "libllama.so", shallow=False)  # ~4 MB each: a few ms
     except OSError:
         return False
-    return a.st_size == b.st_size and int(a.st_mtime) == int(b.st_mtime)

@@ -62,8 +62,15 @@ def test_stale_overlay_stock_switch_and_user_path_are_respected(tmp_path: Path) 
     # the user's own LLAMA_CPP_LIB_PATH wins
     got = _probe(_env(tmp_path, LLAMA_CPP_LIB_PATH=str(INSTALLED_LIB)))
     assert got["lib"] is None and got["env"] == str(INSTALLED_LIB)
-    # a reinstalled llama-cpp-python (another libllama of the same version): the overlay is stale
+    # the same bytes installed anew (a new venv from pip's wheel cache): still the overlay's
     os.utime(lib / "libllama.so", (0, 0))
+    assert _probe(_env(tmp_path))["lib"] == str(lib)
+    # a llama-cpp-python built differently (another libllama of the same version): the overlay is stale
+    with (lib / "libllama.so").open("r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 0xFF]))
     assert _probe(_env(tmp_path))["lib"] is None
 
 
@@ -118,3 +125,14 @@ def test_run_notes_an_inexact_pair_on_stderr(tiny_target: Path, tiny_draft: Path
     assert "f16 KV cache" in stock.stderr  # the tiny model's head size rules out a q8_0 cache
     f16 = subprocess.run([*common, "--cache-type", "f16"], capture_output=True, text=True, timeout=120)
     assert f16.returncode == 0 and "note: an f16 KV cache" in f16.stderr
+
+
+def test_built_kernels_are_in_use_in_this_process() -> None:
+    # .ci/run builds them: a fresh venv (same wheel, new files) must still pick them up
+    lib = kernels.overlay_dir()
+    if lib is None or not (lib / "libggml-cpu.so").is_file():
+        import pytest
+
+        pytest.skip("no exact kernels built here (scripts/build_exact_kernels.sh)")
+    assert os.environ.get("LLAMA_CPP_LIB_PATH") == str(lib)
+    assert backend.batch_invariant_kernels() and exact_target_quant() == "F32"
