@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import functools
 import os
 import re
 import sys
@@ -56,6 +57,7 @@ def _ensure_init() -> None:
             _initialised = True
 
 
+@functools.cache
 def batch_invariant_kernels() -> bool:
     """True when llama.cpp's CPU matmuls give a token the same logits whatever its batch holds,
     for every weight type: a CPU backend without llamafile's tinyBLAS (see ggufspec.kernels).
@@ -514,7 +516,6 @@ def measure_contexts(
         UserError: the file is missing, llama.cpp cannot load it or make a context, or a
             context has an unknown setting.
     """
-    types, flash = _CACHE_TYPES, _FLASH
     allowed = {"n_ctx", "cache_type_k", "cache_type_v", "n_batch", "n_ubatch", "flash_attn", "swa_full"}
     settings = []
     for c in contexts:
@@ -524,9 +525,9 @@ def measure_contexts(
         s = {"cache_type_k": "f16", "cache_type_v": "f16", "n_batch": 512, "n_ubatch": 512,
              "flash_attn": "auto", "swa_full": True, **c}
         for t in (s["cache_type_k"], s["cache_type_v"]):
-            if t not in types:
-                raise UserError(f"unknown KV cache type {t!r}; choose one of: {', '.join(types)}")
-        if s["flash_attn"] not in flash:
+            if t not in _CACHE_TYPES:
+                raise UserError(f"unknown KV cache type {t!r}; choose one of: {', '.join(_CACHE_TYPES)}")
+        if s["flash_attn"] not in _FLASH:
             raise UserError(f"unknown flash attention mode {s['flash_attn']!r}; choose auto, on or off")
         settings.append(s)
     path = Path(path)
@@ -586,9 +587,9 @@ def measure_contexts(
             cp.n_batch = int(s["n_batch"])
             cp.n_ubatch = min(int(s["n_ubatch"]), int(s["n_batch"]))
             cp.n_seq_max = 1
-            cp.type_k = types[s["cache_type_k"]]
-            cp.type_v = types[s["cache_type_v"]]
-            cp.flash_attn_type = flash[s["flash_attn"]]
+            cp.type_k = _CACHE_TYPES[s["cache_type_k"]]
+            cp.type_v = _CACHE_TYPES[s["cache_type_v"]]
+            cp.flash_attn_type = _FLASH[s["flash_attn"]]
             cp.swa_full = bool(s["swa_full"])
             cp.no_perf = True
             ctx = llama.llama_init_from_model(model, cp)

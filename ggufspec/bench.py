@@ -353,12 +353,9 @@ def _label(ref: str) -> str:
     if ref == LOOKUP:
         return LOOKUP
     if ref.startswith("embedded:"):
-        quant = ref.rsplit(":", 1)[-1].upper()
-        if quant == "AUTO":
-            from ggufspec.embedded import exact_target_quant
+        from ggufspec.embedded import resolve_quant
 
-            quant = exact_target_quant()
-        return quant
+        return resolve_quant(ref.rsplit(":", 1)[-1])
     if ref.endswith(".gguf"):
         return Path(ref).stem
     return ref.rsplit("/", 1)[-1]

@@ -111,7 +111,7 @@ def resolve_embedded(name: str, quant: str) -> Path:
     if model is None:
         raise UserError(f"unknown embedded model {name!r}; choose one of: {', '.join(EMBEDDED)}")
     src = model.locate()
-    quant = exact_target_quant() if quant.upper() == "AUTO" else quant.upper()
+    quant = resolve_quant(quant)
     if quant == model.shipped_quant:
         return src
     from ggufspec import backend  # only deriving needs llama.cpp
@@ -124,6 +124,11 @@ def resolve_embedded(name: str, quant: str) -> Path:
     if not dst.is_file():
         backend.quantize(src=src, dst=dst, ftype=quant)
     return dst
+
+
+def resolve_quant(quant: str) -> str:
+    """A file type as llama.cpp names it: upper case, with "auto" resolved (exact_target_quant)."""
+    return exact_target_quant() if quant.upper() == "AUTO" else quant.upper()
 
 
 def exact_target_quant() -> str:

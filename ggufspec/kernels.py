@@ -57,28 +57,40 @@ def activate() -> Path | None:
     """
     if "llama_cpp" in sys.modules:
         return None
-    lib = overlay_dir()
     if os.environ.get("GGUFSPEC_KERNELS", "").lower() == "stock":
+        lib = overlay_dir()
         if lib is not None and os.environ.get("LLAMA_CPP_LIB_PATH") == str(lib):
             del os.environ["LLAMA_CPP_LIB_PATH"]  # inherited from a parent process that used it
         return None
     if os.environ.get("LLAMA_CPP_LIB_PATH"):
         return None
-    if lib is None or not all((lib / name).is_file() for name in _REQUIRED) or not _matches_installed(lib):
-        return None
-    os.environ["LLAMA_CPP_LIB_PATH"] = str(lib)
+    lib = current_overlay()
+    if lib is not None:
+        os.environ["LLAMA_CPP_LIB_PATH"] = str(lib)
     return lib
 
 
-def _matches_installed(lib: Path) -> bool:
-    """The overlay's libllama is a byte-for-byte copy of the installed one (what the build script
-    checks too): a llama-cpp-python rebuilt differently makes a stale overlay unused. A new venv
-    installing the same cached wheel has the same bytes, so it keeps using the overlay."""
+def installed_lib_dir() -> Path | None:
+    """The shared libraries of the installed llama-cpp-python (found without importing it)."""
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or spec.origin is None:
-        return False
-    installed = Path(spec.origin).parent / "lib" / "libllama.so"
+        return None
+    return Path(spec.origin).parent / "lib"
+
+
+def current_overlay() -> Path | None:
+    """The overlay directory if it is complete and built for the installed llama-cpp-python.
+
+    Its libllama must be a byte-for-byte copy of the installed one (a new venv installing the same
+    cached wheel has the same bytes; a llama-cpp-python built differently makes the overlay stale).
+    scripts/build_exact_kernels.sh asks this too, to decide whether to build.
+    """
+    lib, installed = overlay_dir(), installed_lib_dir()
+    if lib is None or installed is None or not all((lib / name).is_file() for name in _REQUIRED):
+        return None
     try:
-        return filecmp.cmp(installed, lib / "libllama.so", shallow=False)  # ~4 MB each: a few ms
+        same = filecmp.cmp(installed / "libllama.so", lib / "libllama.so", shallow=False)  # ~4 MB: a few ms
     except OSError:
-        return False
+        return None
+    return lib if same else None
+

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
-from ggufspec.backend import Context, ContextSettings, Model, ModelSettings
+from ggufspec.backend import Context, ContextSettings, Model, ModelSettings, batch_invariant_kernels
 from ggufspec.chat import render_chat
 from ggufspec.drafters import Drafter, LookupDrafter, ModelDrafter
 from ggufspec.engine import Generation, SpeculativeSettings, generate
 from ggufspec.errors import UserError
 from ggufspec.pacing import DraftPacer
 from ggufspec.sampling import SamplingSettings
+
+if TYPE_CHECKING:
+    from ggufspec.ggufinfo import ModelInfo
 
 LOOKUP = "lookup"
 Layers = int | Literal["auto"]
@@ -86,11 +89,13 @@ def exact_cache_type(target: Path, *, n_gpu_layers: int) -> str:
 STOCK_BATCH_INVARIANT_TYPES = frozenset({"Q8_0", "Q4_0", "Q4_1"})
 
 
-def greedy_exactness(target: Path, *, n_gpu_layers: int, cache_type: str, invariant_kernels: bool) -> str | None:
+def greedy_exactness(
+    target: ModelInfo, *, n_gpu_layers: int, cache_type: str, invariant_kernels: bool
+) -> str | None:
     """Why greedy speculative output may differ from the target alone at near-ties; None: it cannot.
 
     Args:
-        target: the target GGUF.
+        target: the target's metadata and tensor table (ggufinfo.read_model_info).
         n_gpu_layers: target layers offloaded (GPU kernels pick different code per batch size).
         cache_type: the target's KV cache type (f16 attention is batch-dependent past 256 tokens).
         invariant_kernels: the CPU backend has no llamafile (backend.batch_invariant_kernels()).
@@ -102,12 +107,9 @@ def greedy_exactness(target: Path, *, n_gpu_layers: int, cache_type: str, invari
         reasons.append(f"an {cache_type} KV cache makes attention depend on the batch past 256 tokens "
                        "(--cache-type q8_0 avoids it where the head size allows)")
     if not invariant_kernels:
-        from ggufspec.ggufinfo import read_model_info
-
-        info = read_model_info(target)
         # the matmul weights: every matrix but a token embedding that is only looked up
-        types = {t.ggml_type for t in info.tensors
-                 if len(t.shape) >= 2 and (t.name != "token_embd.weight" or info.tied_embeddings)}
+        types = {t.ggml_type for t in target.tensors
+                 if len(t.shape) >= 2 and (t.name != "token_embd.weight" or target.tied_embeddings)}
         odd = sorted(types - STOCK_BATCH_INVARIANT_TYPES)
         if odd:
             reasons.append(f"{'/'.join(odd)} weights are not batch-invariant on llama.cpp's stock CPU kernels "
@@ -273,7 +275,7 @@ def load_pair(
     # Validate both files before loading either: clear errors for non-GGUF / truncated / vocab.
     from ggufspec.ggufinfo import read_model_info
 
-    read_model_info(target_path)
+    target_info = read_model_info(target_path)
     if draft_path is not None:
         read_model_info(draft_path)
         check_vocab(target_path, draft_path)
@@ -304,11 +306,9 @@ def load_pair(
     target_model = Model(target_path, settings=target_load)
     target_ctx = Context(target_model, settings=ctx_settings)
     target_ctx.warmup()
-    from ggufspec.backend import batch_invariant_kernels
-
     pair = SpeculativePair(
         target_path=target_path, target_model=target_model, target_ctx=target_ctx, drafter=None, settings=settings,
-        inexact_greedy=greedy_exactness(target_path, n_gpu_layers=target_load.n_gpu_layers,
+        inexact_greedy=greedy_exactness(target_info, n_gpu_layers=target_load.n_gpu_layers,
                                         cache_type=ctx_settings.cache_type_k,
                                         invariant_kernels=batch_invariant_kernels()),
     )

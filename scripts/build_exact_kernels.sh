@@ -13,20 +13,21 @@
 set -euo pipefail
 
 JOBS="${JOBS:-2}"
-source "$(dirname "$0")/llama_cpp_source.sh"
 
-CACHE="${GGUFSPEC_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ggufspec}"
-OUT="$CACHE/kernels/llama-cpp-python-$VERSION/lib"
-INSTALLED="$(python -c 'import importlib.util, pathlib; s = importlib.util.find_spec("llama_cpp"); print(pathlib.Path(s.origin).parent / "lib")')"
+# where the overlay goes and what it copies: ggufspec.kernels says, as it does when loading it
+{ read -r OUT; read -r INSTALLED; } < <(python -c 'from ggufspec import kernels; print(kernels.overlay_dir()); print(kernels.installed_lib_dir())')
 if [[ ! -f "$INSTALLED/libllama.so" ]]; then
-  echo "error: no libllama.so in $INSTALLED; reinstall llama-cpp-python" >&2
+  echo "error: no libllama.so in $INSTALLED; install ggufspec (pip install -e .) in this environment first" >&2
   exit 2
 fi
 # built, and for this very build of llama-cpp-python (a reinstall makes the overlay stale)
-if [[ -f "$OUT/libggml-cpu.so" && -z "${FORCE:-}" ]] && cmp -s "$INSTALLED/libllama.so" "$OUT/libllama.so"; then
+if [[ -z "${FORCE:-}" ]] && python -c 'import sys; from ggufspec import kernels; sys.exit(kernels.current_overlay() is None)'; then
   echo "exact kernels already built: $OUT"
   exit 0
 fi
+LLAMA_CPP_PYTHON_VERSION="$(python -c 'from ggufspec import kernels; print(kernels.installed_version())')"
+source "$(dirname "$0")/llama_cpp_source.sh"
+KERNELS="$(dirname "$(dirname "$OUT")")"  # <cache>/kernels: the overlay and its temporary sibling
 
 BUILD="$DIR/build-exact-$VERSION"
 cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -Wno-dev \
@@ -42,7 +43,8 @@ cmake --build "$BUILD" --config Release -j "$JOBS" --target ggml-cpu >>"$BUILD.l
   || { tail -30 "$BUILD.log" >&2; echo "error: the build failed (log: $BUILD.log)" >&2; exit 1; }
 
 # Assemble in a temporary directory, then rename: a half-built overlay is never picked up.
-TMP="$(mktemp -d "$CACHE/kernels/.tmp.XXXXXX" 2>/dev/null || { mkdir -p "$CACHE/kernels"; mktemp -d "$CACHE/kernels/.tmp.XXXXXX"; })"
+mkdir -p "$KERNELS"
+TMP="$(mktemp -d "$KERNELS/.tmp.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 cp -a "$INSTALLED"/. "$TMP"/
 rm -f "$TMP"/libggml-cpu.so*

@@ -3,7 +3,6 @@ target `auto` picks is exact on whatever build is loaded (one-row and batch logi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -16,7 +15,7 @@ import numpy as np
 from ggufspec import backend, kernels
 from ggufspec.embedded import exact_target_quant, resolve_embedded
 
-INSTALLED_LIB = Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib"
+INSTALLED_LIB = kernels.installed_lib_dir()
 
 
 def _probe(env: dict[str, str]) -> dict:
@@ -100,14 +99,15 @@ def test_greedy_exactness_names_what_breaks_it(tiny_target: Path, tiny_target_q8
     from ggufspec.ggufinfo import read_model_info
     from ggufspec.runtime import greedy_exactness
 
-    assert read_model_info(tiny_target).file_type in ("F32", "F16")
+    f32, q8 = read_model_info(tiny_target), read_model_info(tiny_target_q8)
+    assert f32.file_type in ("F32", "F16")
     kw = dict(n_gpu_layers=0, cache_type="q8_0")
-    assert greedy_exactness(tiny_target_q8, invariant_kernels=False, **kw) is None
-    assert greedy_exactness(tiny_target, invariant_kernels=True, **kw) is None
-    reason = greedy_exactness(tiny_target, invariant_kernels=False, **kw)
+    assert greedy_exactness(q8, invariant_kernels=False, **kw) is None
+    assert greedy_exactness(f32, invariant_kernels=True, **kw) is None
+    reason = greedy_exactness(f32, invariant_kernels=False, **kw)
     assert reason is not None and "build_exact_kernels.sh" in reason
-    assert "f16 KV cache" in greedy_exactness(tiny_target_q8, invariant_kernels=True, n_gpu_layers=0, cache_type="f16")
-    assert "GPU" in greedy_exactness(tiny_target_q8, invariant_kernels=True, n_gpu_layers=-1, cache_type="q8_0")
+    assert "f16 KV cache" in greedy_exactness(q8, invariant_kernels=True, n_gpu_layers=0, cache_type="f16")
+    assert "GPU" in greedy_exactness(q8, invariant_kernels=True, n_gpu_layers=-1, cache_type="q8_0")
 
 
 def test_run_notes_an_inexact_pair_on_stderr(tiny_target: Path, tiny_draft: Path) -> None:
