@@ -18,7 +18,15 @@ from pathlib import Path
 from ggufspec.backend import measure_contexts
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import read_model_info
-from ggufspec.plan import ContextSpec, estimate_memory
+from ggufspec.plan import estimate_memory
+from ggufspec.settings import ContextSettings
+
+
+def f16_context(**kw: object) -> ContextSettings:
+    """A context with an f16 KV cache unless told (the planner's "auto" depends on the device)."""
+    kw.setdefault("cache_type_k", "f16")
+    kw.setdefault("cache_type_v", "f16")
+    return ContextSettings(**kw)  # type: ignore[arg-type]
 
 CONTEXTS = (512, 4096, 32768)
 CACHES = ("f16", "q8_0")
@@ -46,7 +54,7 @@ def rows(name: str, path: Path) -> list[str]:
     grid = [dict(n_ctx=n, cache_type_k=c, cache_type_v=c) for n in CONTEXTS for c in caches]
     out = []
     for kw, measured in zip(grid, measure_contexts(path=path, contexts=grid)):
-        estimate = estimate_memory(info, ContextSpec(**kw))
+        estimate = estimate_memory(info, f16_context(**kw))
         cells = []
         for _, attr in FIELDS:
             e, m = getattr(estimate, attr), getattr(measured, attr)

@@ -14,7 +14,6 @@ from ggufspec.errors import UserError
 from ggufspec.ggufinfo import ModelInfo, TensorInfo, read_model_info
 from ggufspec.plan import (
     DEFAULT_MARGIN,
-    ContextSpec,
     GpuBudget,
     OffloadPlan,
     compute_bytes,
@@ -23,6 +22,14 @@ from ggufspec.plan import (
     layer_kv_bytes,
     plan_offload,
 )
+from ggufspec.settings import ContextSettings
+
+
+def f16_context(**kw: object) -> ContextSettings:
+    """A context with an f16 KV cache unless told (the planner's "auto" depends on the device)."""
+    kw.setdefault("cache_type_k", "f16")
+    kw.setdefault("cache_type_v", "f16")
+    return ContextSettings(**kw)  # type: ignore[arg-type]
 
 GiB, MiB = 1 << 30, 1 << 20
 
@@ -57,7 +64,7 @@ def make_info(*, n_layer: int, layer_bytes: int, n_embd: int, n_ff: int, vocab: 
 TARGET = make_info(n_layer=32, layer_bytes=120 * MiB, n_embd=4096, n_ff=14336, vocab=128256, name="target")
 DRAFT = make_info(n_layer=16, layer_bytes=30 * MiB, n_embd=2048, n_ff=8192, vocab=128256, n_head=32, n_head_kv=8,
                   head_dim=64, tied=True, name="draft")
-SPEC = ContextSpec(n_ctx=8192)
+SPEC = f16_context(n_ctx=8192)
 
 
 def gpus(*sizes: float) -> tuple[GpuBudget, ...]:
@@ -103,7 +110,7 @@ def check_invariants(plan: OffloadPlan, target: ModelInfo, draft: ModelInfo | No
             if layers[info.n_layer] == pos:
                 w += info.output_layer_bytes
             assert w == est.weights_bytes, (role, g)
-    total = estimate_memory(target, plan.spec)
+    total = estimate_memory(target, plan.context)
     assert plan.target.estimate.weights_bytes >= total.weights_bytes  # tied copies only add
     assert plan.target.estimate.kv_bytes == total.kv_bytes
 
@@ -114,28 +121,28 @@ def check_invariants(plan: OffloadPlan, target: ModelInfo, draft: ModelInfo | No
 def test_kv_formula() -> None:
     # 8192 cells x 32 layers x (8 heads x 128) x 2 (K, V) x 2 bytes
     assert sum(layer_kv_bytes(TARGET, SPEC)) == 8192 * 32 * 1024 * 2 * 2 == 1 * GiB
-    q8 = sum(layer_kv_bytes(TARGET, ContextSpec(n_ctx=8192, cache_type_k="q8_0", cache_type_v="q8_0")))
+    q8 = sum(layer_kv_bytes(TARGET, f16_context(n_ctx=8192, cache_type_k="q8_0", cache_type_v="q8_0")))
     assert q8 == 8192 * 32 * (1024 // 32 * 34) * 2
-    q4 = sum(layer_kv_bytes(TARGET, ContextSpec(n_ctx=8192, cache_type_k="q4_0", cache_type_v="q4_0")))
+    q4 = sum(layer_kv_bytes(TARGET, f16_context(n_ctx=8192, cache_type_k="q4_0", cache_type_v="q4_0")))
     assert q4 == 8192 * 32 * (1024 // 32 * 18) * 2
 
 
 def test_context_padding_and_trained_context() -> None:
-    assert kv_cells(TARGET, ContextSpec(n_ctx=1000)) == (1024, 1024)
-    assert kv_cells(TARGET, ContextSpec(n_ctx=0)) == (131072, 131072)
+    assert kv_cells(TARGET, f16_context(n_ctx=1000)) == (1024, 1024)
+    assert kv_cells(TARGET, f16_context(n_ctx=0)) == (131072, 131072)
 
 
 def test_sliding_window_layers_capped() -> None:
     swa = tuple(il % 6 != 5 for il in range(18))
     info = make_info(n_layer=18, layer_bytes=MiB, n_embd=640, n_ff=2048, vocab=262144, n_head=4, n_head_kv=1,
                      head_dim=256, swa=swa, n_swa=512)
-    full = ContextSpec(n_ctx=32768)  # swa_full: llama.cpp's default keeps every layer full size
+    full = f16_context(n_ctx=32768)  # swa_full: llama.cpp's default keeps every layer full size
     assert kv_cells(info, full) == (32768, 32768)
-    capped = ContextSpec(n_ctx=32768, swa_full=False)
+    capped = f16_context(n_ctx=32768, swa_full=False)
     assert kv_cells(info, capped) == (32768, 1024)  # pad256(512 + n_ubatch 512)
     per = layer_kv_bytes(info, capped)
     assert per[5] == 32768 * 256 * 2 * 2 and per[0] == 1024 * 256 * 2 * 2
-    assert kv_cells(info, ContextSpec(n_ctx=32768, swa_full=False, n_ubatch=128)) == (32768, 768)
+    assert kv_cells(info, f16_context(n_ctx=32768, swa_full=False, n_ubatch=128)) == (32768, 768)
 
 
 def test_compute_phases() -> None:
@@ -143,23 +150,23 @@ def test_compute_phases() -> None:
     logits = 4 * t * TARGET.vocab_size
     assert compute_bytes(TARGET, SPEC, layers=False, output=True) >= logits
     assert compute_bytes(TARGET, SPEC, layers=True, output=False) < logits
-    no_fa = compute_bytes(TARGET, ContextSpec(n_ctx=32768, flash_attn="off"), layers=True, output=False)
+    no_fa = compute_bytes(TARGET, f16_context(n_ctx=32768, flash_attn="off"), layers=True, output=False)
     assert no_fa > 4 * 32768 * t * TARGET.n_head  # the f32 KQ matrix
-    small = compute_bytes(TARGET, ContextSpec(n_ctx=256))  # n_ubatch clamps to the context
+    small = compute_bytes(TARGET, f16_context(n_ctx=256))  # n_ubatch clamps to the context
     assert small < compute_bytes(TARGET, SPEC) * 0.6
 
 
 def test_quantized_cache_needs_divisible_head_dim(tiny_target: Path) -> None:
     info = read_model_info(tiny_target)  # head dim 16
     with pytest.raises(UserError, match="divisible by 32"):
-        plan_offload(target=info, draft=None, gpus=(), spec=ContextSpec(cache_type_k="q8_0", cache_type_v="q8_0"))
+        plan_offload(target=info, draft=None, gpus=(), context=f16_context(cache_type_k="q8_0", cache_type_v="q8_0"))
 
 
 def test_bad_spec() -> None:
     with pytest.raises(UserError):
-        ContextSpec(cache_type_k="q5_1")
+        f16_context(cache_type_k="q5_1")
     with pytest.raises(UserError):
-        ContextSpec(n_ctx=-5)
+        f16_context(n_ctx=-5)
     with pytest.raises(UserError, match="margin"):
         plan_offload(target=TARGET, draft=None, gpus=gpus(8), margin_bytes=-1)
 
@@ -168,7 +175,7 @@ def test_bad_spec() -> None:
 
 
 def test_no_gpu() -> None:
-    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=(), spec=SPEC, ram_available_bytes=64 * GiB)
+    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=(), context=SPEC, ram_available_bytes=64 * GiB)
     assert plan.target.n_gpu_layers == 0 and plan.draft is not None and plan.draft.n_gpu_layers == 0
     assert not plan.fits and plan.ram_ok
     assert plan.ram_bytes == plan.target.ram.total_bytes + plan.draft.ram.total_bytes
@@ -179,7 +186,7 @@ def test_no_gpu() -> None:
 
 
 def test_one_4gib_gpu() -> None:
-    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(4), spec=SPEC)
+    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(4), context=SPEC)
     assert plan.draft is not None and plan.draft.whole_on_gpu  # the draft first, whole
     assert 0 < plan.target.n_gpu_layers < TARGET.n_layer + 1
     assert not plan.fits
@@ -192,7 +199,7 @@ def test_one_4gib_gpu() -> None:
 
 
 def test_8gib_plus_4gib() -> None:
-    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(8, 4), spec=SPEC)
+    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(8, 4), context=SPEC)
     assert plan.draft is not None and plan.draft.whole_on_gpu
     assert set(plan.draft.gpu) == {0}  # the larger ("fastest") GPU
     assert plan.draft.tensor_split == (float(DRAFT.n_layer + 1), 0.0)
@@ -205,7 +212,7 @@ def test_8gib_plus_4gib() -> None:
 
 
 def test_budget_smaller_than_the_draft() -> None:
-    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(1.8), spec=SPEC)  # 0.8 GiB usable
+    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(1.8), context=SPEC)  # 0.8 GiB usable
     assert plan.draft is not None and not plan.draft.whole_on_gpu
     assert plan.draft.n_gpu_layers > 0  # as much of the draft as fits
     assert plan.target.n_gpu_layers == 0
@@ -217,7 +224,7 @@ def test_budget_smaller_than_the_draft() -> None:
 
 
 def test_budget_that_fits_everything() -> None:
-    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(24), spec=SPEC, ram_available_bytes=16 * GiB)
+    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(24), context=SPEC, ram_available_bytes=16 * GiB)
     assert plan.fits and plan.target.whole_on_gpu and plan.draft is not None and plan.draft.whole_on_gpu
     assert plan.advice == ()
     assert plan.to_load_kwargs("draft")["n_gpu_layers"] == DRAFT.n_layer + 1
@@ -228,32 +235,32 @@ def test_budget_that_fits_everything() -> None:
 
 
 def test_advice_names_numbers() -> None:
-    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(7.5), spec=ContextSpec(n_ctx=32768))
+    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(7.5), context=f16_context(n_ctx=32768))
     text = "\n".join(plan.advice)
     assert not plan.fits
     assert "--ctx " in text  # a smaller context that fits
     assert "--cache-type q8_0" in text and "GiB" in text
     smaller = int(text.split("--ctx ")[1].split()[0])
-    again = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(7.5), spec=ContextSpec(n_ctx=smaller))
+    again = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(7.5), context=f16_context(n_ctx=smaller))
     assert again.fits
-    too_big = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(7.5), spec=ContextSpec(n_ctx=smaller + 256))
+    too_big = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(7.5), context=f16_context(n_ctx=smaller + 256))
     assert not too_big.fits
 
 
 def test_ram_shortfall_is_reported() -> None:
-    plan = plan_offload(target=TARGET, draft=None, gpus=(), spec=SPEC, ram_available_bytes=2 * GiB)
+    plan = plan_offload(target=TARGET, draft=None, gpus=(), context=SPEC, ram_available_bytes=2 * GiB)
     assert not plan.ram_ok and not plan.fits
     assert any(a.startswith("RAM:") for a in plan.advice)
 
 
 def test_margin_is_kept() -> None:
     for margin in (0, DEFAULT_MARGIN, 2 * GiB):
-        plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(6), spec=SPEC, margin_bytes=margin)
+        plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(6), context=SPEC, margin_bytes=margin)
         assert plan.devices[0].used_bytes <= 6 * GiB - margin
 
 
 def test_target_alone() -> None:
-    plan = plan_offload(target=TARGET, draft=None, gpus=gpus(8, 4), spec=SPEC)
+    plan = plan_offload(target=TARGET, draft=None, gpus=gpus(8, 4), context=SPEC)
     assert plan.draft is None and plan.fits
     with pytest.raises(ValueError):
         plan.to_load_kwargs("draft")
@@ -262,7 +269,7 @@ def test_target_alone() -> None:
 
 @pytest.mark.parametrize("sizes", [(2,), (3,), (5,), (6,), (7,), (2, 2), (3, 2), (4, 3), (5, 2), (3, 3, 2), (1.5, 2.5, 2.5)])
 def test_partial_plans_use_90_percent(sizes: tuple[float, ...]) -> None:
-    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(*sizes), spec=SPEC)
+    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(*sizes), context=SPEC)
     check_invariants(plan, TARGET, DRAFT)
     assert not plan.target.whole_on_gpu
     usable = sum(d.usable_bytes for d in plan.devices if d.index is not None)
@@ -273,7 +280,7 @@ def test_partial_plans_use_90_percent(sizes: tuple[float, ...]) -> None:
 def test_last_gpu_too_small_for_the_output_layer() -> None:
     """llama.cpp puts the output layer on the last GPU that gets layers (device order), so a last
     GPU too small for it (weights + logits buffer) stays empty; the plan says where things went."""
-    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(2.5, 2.5, 1.5), spec=SPEC)
+    plan = plan_offload(target=TARGET, draft=DRAFT, gpus=gpus(2.5, 2.5, 1.5), context=SPEC)
     check_invariants(plan, TARGET, DRAFT)
     assert plan.devices[2].used_bytes == 0
     assert plan.target.main_gpu == 1 and plan.target.tensor_split is not None and plan.target.tensor_split[2] == 0
@@ -285,9 +292,9 @@ def test_last_gpu_too_small_for_the_output_layer() -> None:
        cache=st.sampled_from(["f16", "q8_0", "q4_0"]),
        with_draft=st.booleans())
 def test_never_over_budget(sizes: list[float], n_ctx: int, cache: str, with_draft: bool) -> None:
-    spec = ContextSpec(n_ctx=n_ctx, cache_type_k=cache, cache_type_v=cache)
+    spec = f16_context(n_ctx=n_ctx, cache_type_k=cache, cache_type_v=cache)
     draft = DRAFT if with_draft else None
-    plan = plan_offload(target=TARGET, draft=draft, gpus=gpus(*sizes), spec=spec)
+    plan = plan_offload(target=TARGET, draft=draft, gpus=gpus(*sizes), context=spec)
     check_invariants(plan, TARGET, draft)
     if plan.fits:
         assert not plan.advice
@@ -301,7 +308,7 @@ def test_never_over_budget(sizes: list[float], n_ctx: int, cache: str, with_draf
 def test_smollm2_pair_on_simulated_gpus(smollm2_q4_1: Path) -> None:
     info = read_model_info(smollm2_q4_1)  # tied embeddings: the output layer carries a copy
     for sizes in ((), (1.2,), (1.6,), (2, 1.2)):
-        plan = plan_offload(target=info, draft=info, gpus=gpus(*sizes), spec=ContextSpec(n_ctx=4096))
+        plan = plan_offload(target=info, draft=info, gpus=gpus(*sizes), context=f16_context(n_ctx=4096))
         check_invariants(plan, info, info)
 
 
@@ -310,8 +317,8 @@ def test_plan_for_load(smollm2_q4_1: Path, tiny_target: Path) -> None:
     from ggufspec.devices import budget_gpus
     from ggufspec.plan import plan_for_load
 
-    t, d = plan_for_load(target=smollm2_q4_1, draft=tiny_target, gpus=budget_gpus((8 * GiB, 2 * GiB)), n_ctx=4096)
+    t, d = plan_for_load(target=smollm2_q4_1, draft=tiny_target, gpus=budget_gpus((8 * GiB, 2 * GiB)), context=f16_context(n_ctx=4096))
     assert t["n_gpu_layers"] == 31 and d["n_gpu_layers"] == 3
     assert d["tensor_split"] == (3.0, 0.0) and d["main_gpu"] == 0
-    t, d = plan_for_load(target=smollm2_q4_1, draft=None, gpus=(), n_ctx=4096)
+    t, d = plan_for_load(target=smollm2_q4_1, draft=None, gpus=(), context=f16_context(n_ctx=4096))
     assert t == d == {"n_gpu_layers": 0, "tensor_split": None, "main_gpu": 0}

@@ -14,15 +14,23 @@ import pytest
 from ggufspec.backend import MeasuredMemory, measure_contexts, measure_memory
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import read_model_info
-from ggufspec.plan import ContextSpec, check_cache_types, estimate_memory, kv_cells
+from ggufspec.plan import check_cache_types, estimate_memory, kv_cells
 from tiny_models import write_not_gguf, write_tiny_llama, write_truncated
+from ggufspec.settings import ContextSettings
+
+
+def f16_context(**kw: object) -> ContextSettings:
+    """A context with an f16 KV cache unless told (the planner's "auto" depends on the device)."""
+    kw.setdefault("cache_type_k", "f16")
+    kw.setdefault("cache_type_v", "f16")
+    return ContextSettings(**kw)  # type: ignore[arg-type]
 
 LOG_RESOLUTION = 0.005 * 2**20
 CONTEXTS = (512, 4096, 32768)
 CACHES = ("f16", "q8_0")
 
 
-def assert_close(model: str, estimate: object, measured: MeasuredMemory, spec: ContextSpec) -> None:
+def assert_close(model: str, estimate: object, measured: MeasuredMemory, spec: ContextSettings) -> None:
     for field, tol in (("weights_bytes", 0.05), ("kv_bytes", 0.05), ("compute_bytes", 0.20)):
         e, m = getattr(estimate, field), getattr(measured, field)
         assert abs(e - m) <= tol * m + LOG_RESOLUTION, (
@@ -35,7 +43,7 @@ def check_model(path: Path, name: str) -> None:
     info = read_model_info(path)
     grid = [dict(n_ctx=n, cache_type_k=c, cache_type_v=c) for n in CONTEXTS for c in CACHES]
     for kw, measured in zip(grid, measure_contexts(path=path, contexts=grid)):  # one model load
-        spec = ContextSpec(**kw)
+        spec = f16_context(**kw)
         assert measured.n_ctx == kv_cells(info, spec)[0]
         assert_close(name, estimate_memory(info, spec), measured, spec)
 
@@ -72,7 +80,7 @@ def test_gemma3_capped_sliding_window_cache(gemma3_path: Path) -> None:
     grid = [dict(n_ctx=4096, swa_full=False), dict(n_ctx=32768, swa_full=False, n_ubatch=128), dict(n_ctx=32768)]
     capped_4k, capped_32k, full_32k = measure_contexts(path=gemma3_path, contexts=grid)
     for kw, measured in zip(grid, (capped_4k, capped_32k)):
-        spec = ContextSpec(**kw)
+        spec = f16_context(**kw)
         assert_close("Gemma 3 270M swa capped", estimate_memory(info, spec), measured, spec)
     assert capped_32k.kv_bytes < full_32k.kv_bytes / 4
 
@@ -81,9 +89,9 @@ def test_tiny_default_fixture(tiny_target: Path) -> None:
     # head dimension 16: llama.cpp refuses a q8_0 cache (block 32), and so does the planner
     info = read_model_info(tiny_target)
     for n_ctx in CONTEXTS:
-        spec = ContextSpec(n_ctx=n_ctx)
+        spec = f16_context(n_ctx=n_ctx)
         assert_close("tiny", estimate_memory(info, spec), measure_memory(path=tiny_target, n_ctx=n_ctx), spec)
-    q8 = ContextSpec(n_ctx=512, cache_type_k="q8_0", cache_type_v="q8_0")
+    q8 = f16_context(n_ctx=512, cache_type_k="q8_0", cache_type_v="q8_0")
     with pytest.raises(UserError, match="divisible by 32"):
         check_cache_types(info, q8)
     with pytest.raises(UserError, match="does not divide"):
@@ -107,7 +115,7 @@ def test_tiny_generated(tmp_path: Path, vocab: str, kw: dict) -> None:
 def test_other_context_settings(smollm2_q4_1: Path, tiny_bytes_target: Path, kw: dict) -> None:
     for path in (smollm2_q4_1, tiny_bytes_target):
         info = read_model_info(path)
-        spec = ContextSpec(**kw)
+        spec = f16_context(**kw)
         assert_close(path.name, estimate_memory(info, spec), measure_memory(path=path, **kw), spec)
 
 

@@ -21,8 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ggufspec.commands import add_pair_argument, apply_pair
-from ggufspec.errors import UserError
+from ggufspec.commands import add_pair_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--margin", metavar="SIZE", default="1GiB", help="memory kept free on each GPU (default 1GiB)")
     c = parser.add_argument_group("context")
     c.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096; 0 = trained)")
-    c.add_argument("--cache-type", choices=("f16", "q8_0", "q4_0"), default="f16", help="KV cache type (default f16)")
+    c.add_argument("--cache-type", choices=("auto", "f16", "q8_0", "q4_0", "f32"), default="auto",
+                   help="KV cache type (default auto, as `run` picks it: the target's q8_0 on the CPU, f16 on a GPU; the draft's f16)")
     o = parser.add_argument_group("output")
     o.add_argument("--measure", action="store_true", help="also ask llama.cpp (dry run, nothing allocated)")
     o.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -44,21 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _pair_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
     from ggufspec.commands.inspect import resolve_path
+    from ggufspec.resolve import LOOKUP, resolve_pair_refs
 
-    apply_pair(args)
-    if args.target is None and args.draft is None:
-        from ggufspec.embedded import default_pair_paths
-
-        target, draft = default_pair_paths()
-        return Path(target), Path(draft)
-    if args.target is None:
-        from ggufspec.embedded import DEFAULT_TARGET
-
-        args.target = DEFAULT_TARGET
-    target = resolve_path(args.target, offline=args.offline)
-    if args.draft in (None, "none"):
+    refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
+    target = resolve_path(refs.target, offline=args.offline)
+    if refs.draft in (None, LOOKUP):  # prompt lookup takes no memory worth planning
         return target, None
-    return target, resolve_path(args.draft, offline=args.offline)
+    return target, resolve_path(refs.draft, offline=args.offline)
 
 
 def _pct(estimate: int, measured: int) -> float | None:
@@ -68,15 +60,14 @@ def _pct(estimate: int, measured: int) -> float | None:
 def run(args: argparse.Namespace) -> int:
     from ggufspec import devices
     from ggufspec.ggufinfo import read_model_info, read_vocab
-    from ggufspec.plan import ContextSpec, GpuBudget, estimate_memory, plan_offload
+    from ggufspec.plan import GpuBudget, estimate_memory, plan_offload
+    from ggufspec.settings import ContextSettings
     from ggufspec.vocab import compare_vocab
 
     # validate every option before touching a model
     vram = devices.parse_sizes(args.vram) if args.vram is not None else None
     margin = devices.parse_size(args.margin)
-    if args.ctx < 0:
-        raise UserError(f"--ctx must be 0 (the trained context) or more, got {args.ctx}")
-    spec = ContextSpec(n_ctx=args.ctx, cache_type_k=args.cache_type, cache_type_v=args.cache_type)
+    context = ContextSettings(n_ctx=args.ctx, cache_type_k=args.cache_type, cache_type_v=args.cache_type)
 
     target_path, draft_path = _pair_paths(args)
     target = read_model_info(target_path)
@@ -84,35 +75,36 @@ def run(args: argparse.Namespace) -> int:
     verdict = compare_vocab(target=read_vocab(target_path), draft=read_vocab(draft_path)) if draft_path else None
 
     system = devices.system_info(vram=vram)
-    plan = plan_offload(target=target, draft=draft, gpus=GpuBudget.from_gpus(system.gpus), spec=spec,
+    plan = plan_offload(target=target, draft=draft, gpus=GpuBudget.from_gpus(system.gpus), context=context,
                         margin_bytes=margin, ram_available_bytes=system.ram_available_bytes)
 
     measured: dict[str, Any] = {}
     if args.measure:
         from ggufspec.backend import measure_contexts
 
-        ctx = dict(n_ctx=spec.n_ctx, cache_type_k=spec.cache_type_k, cache_type_v=spec.cache_type_v,
-                   n_batch=spec.n_batch, n_ubatch=spec.n_ubatch, flash_attn=spec.flash_attn, swa_full=spec.swa_full)
-        for role, info, mp in (("target", target, plan.target), ("draft", draft, plan.draft)):
+        for role, info, mp, c in (("target", target, plan.target, plan.context),
+                                  ("draft", draft, plan.draft, plan.draft_context)):
             if info is None or mp is None:
                 continue
+            ctx = dict(n_ctx=c.n_ctx, cache_type_k=c.cache_type_k, cache_type_v=c.cache_type_v,
+                       n_batch=c.n_batch, n_ubatch=c.n_ubatch, flash_attn=c.flash_attn, swa_full=c.swa_full)
             m = measure_contexts(path=info.path, contexts=[ctx], n_gpu_layers=mp.n_gpu_layers,
                                  tensor_split=mp.tensor_split, main_gpu=mp.main_gpu)[0]
             # compare like with like: if llama.cpp here cannot offload (a CPU-only build), its
             # numbers are for every layer on the CPU, and so is the estimate they are set against
             same_placement = m.n_offloaded == mp.n_gpu_layers
-            versus = mp.estimate if same_placement else estimate_memory(info, spec)
+            versus = mp.estimate if same_placement else estimate_memory(info, c)
             measured[role] = {"measured": m, "versus": versus, "same_placement": same_placement}
 
     if args.json:
-        json.dump(_to_json(plan, system, verdict, measured), sys.stdout, indent=2)
+        json.dump(_to_json(plan, system, verdict, measured, target, draft), sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     _print(plan, target, draft, system, verdict, measured)
     return 0
 
 
-def _to_json(plan: Any, system: Any, verdict: Any, measured: dict[str, Any]) -> dict[str, Any]:
+def _to_json(plan: Any, system: Any, verdict: Any, measured: dict[str, Any], target: Any, draft: Any) -> dict[str, Any]:
     def device(d: Any) -> dict[str, Any]:
         return {
             "name": d.name, "index": d.index, "free_bytes": d.free_bytes, "usable_bytes": d.usable_bytes,
@@ -120,10 +112,11 @@ def _to_json(plan: Any, system: Any, verdict: Any, measured: dict[str, Any]) -> 
             "headroom_bytes": d.headroom_bytes,
         }
 
-    def model(role: str, mp: Any) -> dict[str, Any] | None:
+    def model(role: str, mp: Any, info: Any) -> dict[str, Any] | None:
         if mp is None:
             return None
         out: dict[str, Any] = {
+            "path": str(info.path),
             "n_gpu_layers": mp.n_gpu_layers,
             "n_layers_total": mp.n_layer + 1,
             "tensor_split": list(mp.tensor_split) if mp.tensor_split is not None else None,
@@ -144,9 +137,10 @@ def _to_json(plan: Any, system: Any, verdict: Any, measured: dict[str, Any]) -> 
     return {
         "devices": [device(d) for d in plan.devices],
         "fits": plan.fits,
-        "target": model("target", plan.target),
-        "draft": model("draft", plan.draft),
-        "context": {"n_ctx": plan.spec.n_ctx, "cache_type": plan.spec.cache_type_k, "n_ubatch": plan.spec.n_ubatch},
+        "target": model("target", plan.target, target),
+        "draft": model("draft", plan.draft, draft),
+        "context": {"n_ctx": plan.context.n_ctx, "cache_type": plan.context.cache_type_k,
+                    "draft_cache_type": plan.draft_context.cache_type_k, "n_ubatch": plan.context.n_ubatch},
         "margin_bytes": plan.margin_bytes,
         "ram_bytes": plan.ram_bytes,
         "ram_available_bytes": plan.ram_available_bytes,
@@ -175,7 +169,7 @@ def _print(plan: Any, target: Any, draft: Any, system: Any, verdict: Any, measur
     console.print(f"[bold]target[/] {escape(describe(target))}", markup=True)
     if draft is not None:
         console.print(f"[bold]draft[/]  {escape(describe(draft))}", markup=True)
-    s = plan.spec
+    s = plan.context
     source = {"budget": "--vram budget"}.get(system.gpus[0].source, f"detected ({system.gpus[0].source})") if system.gpus else "no GPU"
     console.print(f"context {s.n_ctx or target.context_length:,} tokens, KV cache {s.cache_type_k}, "
                   f"batch {s.n_ubatch}; GPUs: {source}; margin {fb(plan.margin_bytes)} per GPU", markup=False)

@@ -1,0 +1,38 @@
+"""Offload planning for a target and a draft: a memory model and a placement (pure).
+
+    memory     bytes of weights, KV cache and compute buffer per model and device
+    placement  where each model's layers go over the GPUs; the plan and its devices
+    advice     what would make a plan that does not fit fit
+    load       the plan as llama.cpp load arguments (`--ngl auto`)
+
+Checked against llama.cpp's own dry run (tests/test_plan_measure.py, scripts/plan_vs_measure.py).
+"""
+
+from ggufspec.plan.load import plan_for_load
+from ggufspec.plan.memory import (
+    DEFAULT_MARGIN,
+    GiB,
+    KV_PAD,
+    MemoryEstimate,
+    check_cache_types,
+    compute_bytes,
+    estimate_memory,
+    kv_cells,
+    layer_kv_bytes,
+)
+from ggufspec.plan.placement import (
+    DeviceUse,
+    GpuBudget,
+    ModelPlan,
+    OffloadPlan,
+    Placement,
+    place_model,
+    plan_offload,
+    usage,
+)
+
+__all__ = [
+    "DEFAULT_MARGIN", "GiB", "KV_PAD", "DeviceUse", "GpuBudget", "MemoryEstimate", "ModelPlan", "OffloadPlan",
+    "Placement", "check_cache_types", "compute_bytes", "estimate_memory", "kv_cells", "layer_kv_bytes",
+    "place_model", "plan_for_load", "plan_offload", "usage",
+]

@@ -1,0 +1,368 @@
+"""Placement: where the target's and the draft's layers go over the GPUs, and the plan (pure).
+
+Planner order: the draft first and whole onto the fastest GPU (its latency is paid K times per
+round), then target layers from the last one back, spread over the GPUs in proportion to their
+free memory (or packed in order when they do not all fit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal, Sequence
+
+from ggufspec.errors import UserError
+from ggufspec.ggufinfo import ModelInfo
+from ggufspec.plan.memory import (
+    DEFAULT_MARGIN,
+    MemoryEstimate,
+    check_cache_types,
+    compute_bytes,
+    layer_kv_bytes,
+)
+from ggufspec.settings import ContextSettings
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuBudget:
+    """A GPU as the planner sees it: its index in llama.cpp's device order and its memory."""
+
+    index: int
+    name: str
+    free_bytes: int
+    total_bytes: int
+
+    @classmethod
+    def from_gpus(cls, gpus: Sequence[object]) -> tuple["GpuBudget", ...]:
+        """From `devices.Gpu` objects (anything with index, name, free_bytes, total_bytes)."""
+        return tuple(cls(index=g.index, name=g.name, free_bytes=g.free_bytes, total_bytes=g.total_bytes)  # type: ignore[attr-defined]
+                     for g in gpus)
+
+
+
+# ---- placement -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where one model's layers go: `slots[j]` is the GPU position of offloaded slot j.
+
+    Slots are the offloaded layers in llama.cpp's order: blocks i_gpu_start .. n_layer-1, then
+    the output layer last. `gpus` are the GPU indices the positions refer to.
+    """
+
+    n_gpu_layers: int
+    slots: tuple[int, ...]  # per offloaded slot: index into `gpus`
+    gpus: tuple[int, ...]
+
+
+def _slot_costs(info: ModelInfo, kv: tuple[int, ...], ngl: int) -> list[tuple[int, int]]:
+    """(weights, kv) bytes of each offloaded slot, lowest block first, the output layer last."""
+    ngl = max(0, min(ngl, info.n_layer + 1))
+    start = info.n_layer + 1 - ngl
+    out = [(info.layer_bytes[il], kv[il]) for il in range(start, info.n_layer)]
+    if ngl:
+        out.append((info.output_layer_bytes, 0))
+    return out
+
+
+def usage(info: ModelInfo, context: ContextSettings, placement: Placement) -> tuple[dict[int, MemoryEstimate], MemoryEstimate]:
+    """Bytes per GPU (by GPU index) and in RAM for one model placed as `placement` says.
+
+    Returns:
+        (GPU index -> estimate, RAM estimate).
+    """
+    kv = layer_kv_bytes(info, context)
+    costs = _slot_costs(info, kv, placement.n_gpu_layers)
+    per_gpu: dict[int, list[int]] = {}
+    for (w, k), pos in zip(costs, placement.slots):
+        g = placement.gpus[pos]
+        acc = per_gpu.setdefault(g, [0, 0, 0, 0])  # weights, kv, has-layer, has-output
+        acc[0] += w
+        acc[1] += k
+    n_off = len(costs)
+    if n_off:
+        last_gpu = placement.gpus[placement.slots[-1]]
+        for j, pos in enumerate(placement.slots):
+            g = placement.gpus[pos]
+            if j < n_off - 1:
+                per_gpu[g][2] = 1
+        per_gpu[last_gpu][3] = 1
+    gpu_est = {
+        g: MemoryEstimate(weights_bytes=a[0], kv_bytes=a[1],
+                          compute_bytes=compute_bytes(info, context, layers=bool(a[2]), output=bool(a[3])))
+        for g, a in per_gpu.items()
+    }
+    n_cpu_layers = info.n_layer - max(0, n_off - 1)
+    out_on_cpu = n_off == 0
+    cpu_weights = info.input_bytes + sum(info.layer_bytes[:n_cpu_layers])
+    if out_on_cpu:
+        cpu_weights += info.output_bytes + info.other_bytes
+    ram = MemoryEstimate(
+        weights_bytes=cpu_weights,
+        kv_bytes=sum(kv[:n_cpu_layers]),
+        compute_bytes=compute_bytes(info, context, layers=n_cpu_layers > 0, output=out_on_cpu)
+        + 4 * info.vocab_size * context.output_rows,
+    )
+    return gpu_est, ram
+
+
+def _greedy(info: ModelInfo, context: ContextSettings, kv: tuple[int, ...], ngl: int,
+            caps: Sequence[int]) -> tuple[int, ...] | None:
+    """Pack `ngl` slots into GPUs in order, each up to its capacity; None if they do not fit."""
+    costs = _slot_costs(info, kv, ngl)
+    slots: list[int] = []
+    g, used, j, n = 0, 0, 0, len(costs)
+    while j < n:
+        if g >= len(caps):
+            return None
+        w, k = costs[j]
+        is_out = j == n - 1
+        has_block = not is_out or (bool(slots) and slots[-1] == g)
+        if used + w + k + compute_bytes(info, context, layers=has_block, output=is_out) <= caps[g]:
+            slots.append(g)
+            used += w + k
+            j += 1
+        else:
+            g, used = g + 1, 0
+    return tuple(slots)
+
+
+def _fits(info: ModelInfo, context: ContextSettings, placement: Placement, caps: dict[int, int]) -> bool:
+    gpu_est, _ = usage(info, context, placement)
+    return all(est.total_bytes <= caps.get(g, 0) for g, est in gpu_est.items())
+
+
+def _proportional(info: ModelInfo, kv: tuple[int, ...], ngl: int, caps: Sequence[int]) -> tuple[int, ...]:
+    """Spread `ngl` slots over GPUs in order, in proportion to their capacity (by bytes)."""
+    costs = [w + k for w, k in _slot_costs(info, kv, ngl)]
+    total = sum(costs) or 1
+    cap_total = sum(max(c, 0) for c in caps) or 1
+    bounds = []
+    acc = 0.0
+    for c in caps:
+        acc += max(c, 0) / cap_total
+        bounds.append(acc * total)
+    slots = []
+    run = 0
+    g = 0
+    for c in costs:
+        mid = run + c / 2
+        while g < len(caps) - 1 and mid > bounds[g]:
+            g += 1
+        slots.append(g)
+        run += c
+    return tuple(slots)
+
+
+def place_model(info: ModelInfo, context: ContextSettings, caps: dict[int, int], *,
+                gpu_order: Sequence[int] | None = None) -> Placement:
+    """The most layers of `info` that fit the GPU capacities `caps` (GPU index -> bytes).
+
+    Layers go from the output layer back; over several GPUs in proportion to capacity when that
+    fits, else packed in order.
+    """
+    order = list(gpu_order if gpu_order is not None else sorted(caps))
+    if not order:
+        return Placement(n_gpu_layers=0, slots=(), gpus=())
+    cap_list = [caps[g] for g in order]
+    kv = layer_kv_bytes(info, context)
+    for ngl in range(info.n_layer + 1, 0, -1):
+        greedy = _greedy(info, context, kv, ngl, cap_list)
+        if greedy is None:
+            continue
+        prop = Placement(n_gpu_layers=ngl, slots=_proportional(info, kv, ngl, cap_list), gpus=tuple(order))
+        if len(order) > 1 and _fits(info, context, prop, caps):
+            return prop
+        return Placement(n_gpu_layers=ngl, slots=greedy, gpus=tuple(order))
+    return Placement(n_gpu_layers=0, slots=(), gpus=tuple(order))
+
+
+# ---- the plan ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelPlan:
+    """One model's placement and what it costs."""
+
+    role: Literal["target", "draft"]
+    n_layer: int
+    n_gpu_layers: int  # llama.cpp's count: blocks + the output layer (n_layer + 1 = all)
+    tensor_split: tuple[float, ...] | None  # one entry per GPU, None with a single GPU
+    main_gpu: int
+    estimate: MemoryEstimate  # all devices together
+    gpu: dict[int, MemoryEstimate] = field(default_factory=dict)  # GPU index -> bytes
+    ram: MemoryEstimate = MemoryEstimate()
+
+    @property
+    def whole_on_gpu(self) -> bool:
+        return self.n_gpu_layers >= self.n_layer + 1
+
+    def to_load_kwargs(self) -> dict[str, object]:
+        """Arguments for loading this model (backend.ModelSettings / llama_model_params)."""
+        return {"n_gpu_layers": self.n_gpu_layers, "tensor_split": self.tensor_split, "main_gpu": self.main_gpu}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceUse:
+    """One device of the plan: its budget and what each model puts there."""
+
+    name: str  # "GPU 0 (NVIDIA ...)" or "RAM"
+    index: int | None  # GPU index, None for RAM
+    free_bytes: int | None
+    usable_bytes: int | None  # free minus margin (GPUs), available RAM
+    target: MemoryEstimate
+    draft: MemoryEstimate
+
+    @property
+    def used_bytes(self) -> int:
+        return self.target.total_bytes + self.draft.total_bytes
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        return None if self.usable_bytes is None else self.usable_bytes - self.used_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffloadPlan:
+    """Where the target and the draft go, what each device holds, and whether it all fits.
+
+    `fits` means both models sit wholly on GPUs within budget and the rest fits in RAM. A plan
+    that does not fit is still a valid partial offload; `advice` says what would make it fit.
+    """
+
+    target: ModelPlan
+    draft: ModelPlan | None
+    devices: tuple[DeviceUse, ...]  # GPUs, then RAM
+    context: ContextSettings  # the target's, "auto" resolved
+    draft_context: ContextSettings  # the draft's
+    margin_bytes: int
+    ram_bytes: int
+    ram_available_bytes: int | None
+    fits: bool
+    advice: tuple[str, ...]
+
+    @property
+    def ram_ok(self) -> bool:
+        return self.ram_available_bytes is None or self.ram_bytes <= self.ram_available_bytes
+
+    def to_load_kwargs(self, role: Literal["target", "draft"] = "target") -> dict[str, object]:
+        """`n_gpu_layers`, `tensor_split` and `main_gpu` for loading the target or the draft."""
+        plan = self.target if role == "target" else self.draft
+        if plan is None:
+            raise ValueError("this plan has no draft")
+        return plan.to_load_kwargs()
+
+
+def _fastest(gpus: Sequence[GpuBudget]) -> list[int]:
+    """GPU indices, fastest first. NVML reports no speed, so total memory stands in for it."""
+    return [g.index for g in sorted(gpus, key=lambda g: (-g.total_bytes, g.index))]
+
+
+def _model_plan(role: Literal["target", "draft"], info: ModelInfo, context: ContextSettings, placement: Placement,
+                gpus: Sequence[GpuBudget]) -> ModelPlan:
+    gpu_est, ram = usage(info, context, placement)
+    total = ram
+    for est in gpu_est.values():
+        total = total + est
+    split: tuple[float, ...] | None = None
+    main = placement.gpus[placement.slots[-1]] if placement.slots else (gpus[0].index if gpus else 0)
+    if len(gpus) > 1 and placement.slots:
+        counts = {g.index: 0 for g in gpus}
+        for pos in placement.slots:
+            counts[placement.gpus[pos]] += 1
+        # llama.cpp hands out offloaded slots by cumulative proportion in device order, so slot
+        # counts per GPU reproduce this placement exactly (placements are contiguous, in order).
+        split = tuple(float(counts[g.index]) for g in sorted(gpus, key=lambda g: g.index))
+    return ModelPlan(role=role, n_layer=info.n_layer, n_gpu_layers=placement.n_gpu_layers, tensor_split=split,
+                     main_gpu=main, estimate=total, gpu=gpu_est, ram=ram)
+
+
+def _place_pair(target: ModelInfo, draft: ModelInfo | None, context: ContextSettings, draft_context: ContextSettings,
+                gpus: Sequence[GpuBudget], margin: int) -> tuple[Placement, Placement | None, dict[int, int]]:
+    caps = {g.index: max(0, g.free_bytes - margin) for g in gpus}
+    dplace: Placement | None = None
+    if draft is not None:
+        dplace = Placement(n_gpu_layers=0, slots=(), gpus=())
+        whole = draft.n_layer + 1
+        for g in _fastest(gpus):  # whole on the fastest GPU that can hold it
+            p = Placement(n_gpu_layers=whole, slots=(0,) * whole, gpus=(g,))
+            if _fits(draft, draft_context, p, caps):
+                dplace = p
+                break
+        else:
+            if gpus:  # as much of it as fits on the GPU with the most room
+                g = max(caps, key=lambda i: (caps[i], -i))
+                dplace = place_model(draft, draft_context, {g: caps[g]})
+        d_gpu, _ = usage(draft, draft_context, dplace)
+        for g, est in d_gpu.items():
+            caps[g] -= est.total_bytes
+    tplace = place_model(target, context, dict(caps), gpu_order=sorted(caps))
+    return tplace, dplace, caps
+
+
+def plan_offload(
+    *,
+    target: ModelInfo,
+    draft: ModelInfo | None,
+    gpus: Sequence[GpuBudget],
+    context: ContextSettings = ContextSettings(),
+    draft_context: ContextSettings | None = None,
+    margin_bytes: int = DEFAULT_MARGIN,
+    ram_available_bytes: int | None = None,
+    advise: bool = True,
+) -> OffloadPlan:
+    """Plan where the target's and the draft's layers go.
+
+    Args:
+        target: the target model.
+        draft: the draft model, or None for a target alone (or a prompt-lookup draft).
+        gpus: the GPUs and their free memory (`GpuBudget.from_gpus(devices.system_info().gpus)`).
+        context: the target's context.
+        draft_context: the draft's context (default: the same as the target's).
+        margin_bytes: memory to leave free on each GPU.
+        ram_available_bytes: RAM available for what stays on the CPU (None: do not check).
+        advise: work out what would make a plan that does not fit fit.
+
+    Returns:
+        The plan: layers and split per model, bytes per device, headroom, RAM, fit and advice.
+
+    Raises:
+        UserError: a KV cache type the model cannot use, or a negative margin.
+    """
+    if margin_bytes < 0:
+        raise UserError("the GPU margin must not be negative; give a size like 1GiB or 0")
+    from ggufspec.exactness import auto_cache_type
+
+    # "auto" as load_pair resolves it: the target's cache q8_0 on the CPU, f16 on a GPU; the
+    # draft's f16 (its numerics never reach the output)
+    draft_context = (draft_context or context).with_cache_type("f16")
+    context = context.with_cache_type(auto_cache_type(target, on_gpu=bool(gpus)))
+    check_cache_types(target, context)
+    if draft is not None:
+        check_cache_types(draft, draft_context)
+    tplace, dplace, _ = _place_pair(target, draft, context, draft_context, gpus, margin_bytes)
+    tplan = _model_plan("target", target, context, tplace, gpus)
+    dplan = _model_plan("draft", draft, draft_context, dplace, gpus) if draft is not None and dplace is not None else None
+
+    devices = []
+    for g in gpus:
+        devices.append(DeviceUse(
+            name=f"GPU {g.index} ({g.name})", index=g.index, free_bytes=g.free_bytes,
+            usable_bytes=max(0, g.free_bytes - margin_bytes),
+            target=tplan.gpu.get(g.index, MemoryEstimate()),
+            draft=dplan.gpu.get(g.index, MemoryEstimate()) if dplan else MemoryEstimate(),
+        ))
+    ram_bytes = tplan.ram.total_bytes + (dplan.ram.total_bytes if dplan else 0)
+    devices.append(DeviceUse(name="RAM", index=None, free_bytes=ram_available_bytes, usable_bytes=ram_available_bytes,
+                             target=tplan.ram, draft=dplan.ram if dplan else MemoryEstimate()))
+    whole = tplan.whole_on_gpu and (dplan is None or dplan.whole_on_gpu)
+    ram_ok = ram_available_bytes is None or ram_bytes <= ram_available_bytes
+    fits = whole and ram_ok
+    plan = OffloadPlan(target=tplan, draft=dplan, devices=tuple(devices), context=context, draft_context=draft_context, margin_bytes=margin_bytes,
+                       ram_bytes=ram_bytes, ram_available_bytes=ram_available_bytes, fits=fits, advice=())
+    if advise and not fits:
+        from ggufspec.plan.advice import advice
+
+        plan = replace(plan, advice=tuple(advice(plan, target, draft, context, draft_context, gpus, margin_bytes)))
+    return plan
+

@@ -1,0 +1,131 @@
+"""Settings shared by the planner, the llama.cpp layer and the library: one dataclass per concern.
+
+Pure (no llama_cpp): `plan` estimates memory from the same `ContextSettings` that `llama.Context`
+is created with, and `PairSettings` composes them for `load_pair`. One name per concept, from the
+command-line flag to the C call:
+
+    flag              field                          llama.cpp
+    --ctx             ContextSettings.n_ctx          n_ctx
+    --batch           ContextSettings.n_batch        n_batch
+    --threads         ContextSettings.n_threads      n_threads
+    --cache-type      ContextSettings.cache_type_k/v type_k / type_v
+    --ngl / --ngld    PairSettings.n_gpu_layers(_draft)  n_gpu_layers
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal, get_args
+
+from ggufspec.errors import UserError
+
+CacheType = Literal["f32", "f16", "q8_0", "q4_0"]
+CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
+# "auto": the target's cache is q8_0 on the CPU (batch-invariant attention), f16 on a GPU;
+# resolved by `runtime.resolve_cache_type` before a context is made
+CacheTypeChoice = CacheType | Literal["auto"]
+FlashAttn = Literal["auto", "on", "off"]
+# --ngl: a layer count, "all" (every layer, llama.cpp's -1 / 999) or "auto" (the planner's choice)
+Layers = int | Literal["auto", "all"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextSettings:
+    """One inference context: the knobs that change its KV cache, compute buffer and speed."""
+
+    n_ctx: int = 4096  # tokens; 0 = the model's trained context
+    n_batch: int = 512  # most tokens one decode call takes (a verify of K+1 rows must fit)
+    n_ubatch: int = 512  # physical batch: the compute buffer is reserved for it
+    n_threads: int | None = None  # None = physical cores
+    n_threads_batch: int | None = None  # None = n_threads
+    # "on": the CPU attention path that keeps logits batch-invariant with a q8_0 cache (measured)
+    flash_attn: FlashAttn = "on"
+    cache_type_k: CacheTypeChoice = "auto"
+    cache_type_v: CacheTypeChoice = "auto"
+    swa_full: bool = True  # sliding-window layers keep a full-size cache (llama.cpp's default)
+    output_rows: int = 16  # logits rows a decode returns at most (draft length + 1 of a verify)
+
+    def __post_init__(self) -> None:
+        if self.n_ctx < 0 or 0 < self.n_ctx < 8:
+            raise UserError(f"context size must be 0 (the model's trained context) or at least 8 tokens, got {self.n_ctx}")
+        if self.n_batch < 1 or self.n_ubatch < 1:
+            raise UserError(f"batch sizes must be positive, got n_batch={self.n_batch}, n_ubatch={self.n_ubatch}")
+        for threads in (self.n_threads, self.n_threads_batch):
+            if threads is not None and threads < 1:
+                raise UserError(f"--threads must be >= 1, got {threads}")
+        for name in (self.cache_type_k, self.cache_type_v):
+            if name != "auto" and name not in CACHE_TYPES:
+                raise UserError(f"unknown KV cache type {name!r}; choose one of: auto, {', '.join(CACHE_TYPES)}")
+        if self.flash_attn not in get_args(FlashAttn):
+            raise UserError(f"flash attention is auto, on or off, got {self.flash_attn!r}")
+
+    @property
+    def resolved(self) -> bool:
+        """True when no field is left to "auto" resolution (a context can be made from it)."""
+        return "auto" not in (self.cache_type_k, self.cache_type_v)
+
+    def with_cache_type(self, cache_type: CacheType) -> "ContextSettings":
+        """The same context with "auto" cache types replaced by `cache_type`."""
+        return replace(
+            self,
+            cache_type_k=cache_type if self.cache_type_k == "auto" else self.cache_type_k,
+            cache_type_v=cache_type if self.cache_type_v == "auto" else self.cache_type_v,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSettings:
+    """Where one model's weights go (what `plan.OffloadPlan.to_load_kwargs` fills in)."""
+
+    n_gpu_layers: int = 0  # -1 = all
+    main_gpu: int = 0
+    tensor_split: tuple[float, ...] | None = None
+    use_mmap: bool = True  # False: read the weights into memory (llama.cpp load_mode NONE)
+
+    def __post_init__(self) -> None:
+        if self.n_gpu_layers < -1:
+            raise UserError(f"a layer count must be >= 0 (or 'all'), got {self.n_gpu_layers}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LookupSettings:
+    """Prompt lookup (n-gram) drafting: the n-gram sizes tried, longest first."""
+
+    ngram_max: int = 3
+    ngram_min: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise UserError(f"lookup n-gram sizes must satisfy 1 <= min <= max, got {self.ngram_min}..{self.ngram_max}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairSettings:
+    """How to load a target and its drafter: one context setting for both, offload per model."""
+
+    context: ContextSettings = field(default_factory=ContextSettings)
+    n_gpu_layers: Layers = "auto"  # target (--ngl); "auto" = the offload planner's choice
+    n_gpu_layers_draft: Layers = "auto"  # draft model (--ngld)
+    offline: bool = False  # Hugging Face cache only (--offline)
+    lookup: LookupSettings = field(default_factory=LookupSettings)
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--ngl", self.n_gpu_layers), ("--ngld", self.n_gpu_layers_draft)):
+            if value not in ("auto", "all") and (not isinstance(value, int) or value < 0):
+                raise UserError(f"{flag} takes a layer count >= 0, 'all' or 'auto', got {value!r}")
+
+
+def parse_layers(text: str, *, flag: str) -> Layers:
+    """A --ngl/--ngld value: "auto", "all" or a count >= 0 (-1 is llama.cpp's spelling of all)."""
+    text = text.strip().lower()
+    if text in ("auto", "all"):
+        return text  # type: ignore[return-value]
+    try:
+        n = int(text)
+    except ValueError:
+        raise UserError(f"{flag} takes a layer count, 'all' or 'auto', got {text!r}") from None
+    if n == -1:
+        return "all"
+    if n < 0:
+        raise UserError(f"{flag} takes a layer count >= 0, 'all' or 'auto', got {n}")
+    return n

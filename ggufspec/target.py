@@ -1,0 +1,57 @@
+"""What the draft/verify loop needs from a model: the `Target` protocol (pure).
+
+`ggufspec.llama.Context` implements it on llama.cpp; `tests/fakes.py` implements it in pure
+Python, so the loop, rollback, stop strings, pacing and every acceptance path are tested in
+milliseconds without compiled llama.cpp or weights. A draft model's context is a `Target` too:
+the `ModelDrafter` drives it through the same five calls.
+
+Positions: the KV cache holds tokens 0..n_past-1 of one sequence. `decode` appends at n_past;
+row i of its logits scores the token after batch token i; `truncate(n)` keeps positions 0..n-1.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, Sequence
+
+import numpy as np
+
+LogitRows = Literal["last", "all", "none"]
+
+
+class Vocab(Protocol):
+    """The vocabulary facts the loop asks for."""
+
+    def is_eog(self, token: int) -> bool:
+        """End of generation (EOS, EOT, <|im_end|>, ...)."""
+        ...
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes one token renders to."""
+        ...
+
+
+class Target(Protocol):
+    """A model context with a rollback-able KV cache for one sequence."""
+
+    n_ctx: int  # KV cache capacity, tokens
+    n_batch: int  # most tokens one decode takes; a verify of K+1 rows must fit
+    n_past: int  # tokens in the KV cache
+
+    @property
+    def model(self) -> Vocab: ...
+
+    def decode(self, tokens: Sequence[int], *, logits: LogitRows = "last") -> None:
+        """Append tokens at n_past; compute logits for the last row, every row, or none."""
+        ...
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        """(n_vocab,) float32 logits of row i of the last decode (negative i from the end)."""
+        ...
+
+    def truncate(self, n: int) -> None:
+        """Keep KV positions 0..n-1 (drop rejected drafts)."""
+        ...
+
+    def clear(self) -> None:
+        """Empty the KV cache."""
+        ...
