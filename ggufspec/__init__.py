@@ -1,3 +1,86 @@
-"""ggufspec: speculative decoding over GGUF models on llama.cpp."""
+"""ggufspec: speculative decoding over GGUF models on llama.cpp.
+
+    from ggufspec import load_pair, PairSettings, ContextSettings, SamplingSettings
+
+    with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=2048))) as pair:
+        gen = pair.generate(messages=[{"role": "user", "content": "Hi!"}], max_tokens=64,
+                            sampling=SamplingSettings(temperature=0.7, seed=1))
+        for step in gen:
+            print(step.text, end="")
+        print(gen.stats.gen_tps, gen.stats.accept_rate)
+
+Names are imported on first use, so `import ggufspec` (and the CLI's `--help`) stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ggufspec import kernels as _kernels
 
 __version__ = "0.1.0"
+
+# Before anything imports llama_cpp: point it at the batch-invariant kernels where they are built
+# (ggufspec.kernels; it only sets LLAMA_CPP_LIB_PATH). Some packages that ship GGUF files import
+# llama_cpp themselves; whichever module comes first, the right libraries are loaded.
+_kernels.activate()
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "load_pair": "ggufspec.runtime",
+    "SpeculativePair": "ggufspec.runtime",
+    "PAIR_DRAFTER": "ggufspec.runtime",
+    "PairSettings": "ggufspec.settings",
+    "ContextSettings": "ggufspec.settings",
+    "ModelSettings": "ggufspec.settings",
+    "LookupSettings": "ggufspec.settings",
+    "SamplingSettings": "ggufspec.sampling",
+    "SpeculativeSettings": "ggufspec.engine",
+    "DraftLengthSettings": "ggufspec.drafters",
+    "AcceptRule": "ggufspec.acceptance",
+    "Variant": "ggufspec.acceptance",
+    "generate": "ggufspec.engine",
+    "Generation": "ggufspec.engine",
+    "Step": "ggufspec.engine",
+    "Source": "ggufspec.engine",
+    "RunStats": "ggufspec.stats",
+    "Target": "ggufspec.target",
+    "Drafter": "ggufspec.drafters",
+    "ModelDrafter": "ggufspec.drafters",
+    "LookupDrafter": "ggufspec.drafters",
+    "PairRefs": "ggufspec.resolve",
+    "resolve_pair_refs": "ggufspec.resolve",
+    "plan_offload": "ggufspec.plan",
+    "read_model_info": "ggufspec.ggufinfo",
+    "UserError": "ggufspec.errors",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ggufspec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from ggufspec.acceptance import AcceptRule, Variant
+    from ggufspec.drafters import DraftLengthSettings, Drafter, LookupDrafter, ModelDrafter
+    from ggufspec.engine import Generation, Source, SpeculativeSettings, Step, generate
+    from ggufspec.errors import UserError
+    from ggufspec.ggufinfo import read_model_info
+    from ggufspec.plan import plan_offload
+    from ggufspec.resolve import PairRefs, resolve_pair_refs
+    from ggufspec.runtime import PAIR_DRAFTER, SpeculativePair, load_pair
+    from ggufspec.sampling import SamplingSettings
+    from ggufspec.settings import ContextSettings, LookupSettings, ModelSettings, PairSettings
+    from ggufspec.stats import RunStats
+    from ggufspec.target import Target

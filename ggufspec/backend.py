@@ -27,6 +27,8 @@ kernels.activate()  # before llama_cpp is imported: it loads its libraries at im
 import llama_cpp as llama  # noqa: E402
 
 from ggufspec.errors import UserError  # noqa: E402
+from ggufspec.settings import CACHE_TYPES, ContextSettings, ModelSettings  # noqa: E402
+from ggufspec.text import Detokenizer  # noqa: E402,F401  (re-exported: it needs only token_bytes)
 
 # ---- process-wide set-up -------------------------------------------------------------------
 
@@ -72,15 +74,15 @@ def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
-# ---- settings ------------------------------------------------------------------------------
+# ---- settings (ggufspec.settings: one definition shared with the planner) -------------------
 
-CacheType = Literal["f16", "q8_0", "q4_0", "f32"]
 _CACHE_TYPES: dict[str, int] = {
     "f32": llama.GGML_TYPE_F32,
     "f16": llama.GGML_TYPE_F16,
     "q8_0": llama.GGML_TYPE_Q8_0,
     "q4_0": llama.GGML_TYPE_Q4_0,
 }
+assert set(_CACHE_TYPES) == set(CACHE_TYPES)
 _FLASH = {
     "auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
     "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -88,36 +90,10 @@ _FLASH = {
 }
 
 
-@dataclass(frozen=True, kw_only=True)
-class ModelSettings:
-    """Where a model's weights go (see plan.OffloadPlan.to_load_kwargs)."""
-
-    n_gpu_layers: int = 0  # -1 = all
-    main_gpu: int = 0
-    tensor_split: tuple[float, ...] | None = None
-    use_mmap: bool = True  # False: read the weights into memory (llama.cpp load_mode NONE)
-
-
-@dataclass(frozen=True, kw_only=True)
-class ContextSettings:
-    """One inference context: its KV cache size and threads."""
-
-    n_ctx: int = 4096
-    n_batch: int = 512
-    n_threads: int | None = None  # None = physical cores
-    n_threads_batch: int | None = None
-    # "on": with it, Q8_0/Q4_0/Q4_1 weights give bit-identical logits whatever the batch shape on CPU
-    # (measured), which greedy speculative decoding needs to equal the target alone token for token.
-    flash_attn: Literal["auto", "on", "off"] = "on"
-    cache_type_k: CacheType = "f16"
-    cache_type_v: CacheType = "f16"
-
-    def __post_init__(self) -> None:
-        if self.n_ctx < 8:
-            raise UserError(f"context size must be at least 8 tokens, got {self.n_ctx}")
-        for name in (self.cache_type_k, self.cache_type_v):
-            if name not in _CACHE_TYPES:
-                raise UserError(f"unknown KV cache type {name!r}; choose one of: {', '.join(_CACHE_TYPES)}")
+@functools.cache
+def gpu_offload_supported() -> bool:
+    """True when this llama.cpp build has a device to offload layers to (CUDA, Metal, Vulkan, ...)."""
+    return bool(llama.llama_supports_gpu_offload())
 
 
 # ---- model ---------------------------------------------------------------------------------
@@ -230,36 +206,23 @@ class Model:
             pass
 
 
-class Detokenizer:
-    """Token ids -> text pieces, never splitting a multi-byte UTF-8 character.
-
-    Bytes of an incomplete character are held back until the token that completes it arrives.
-    """
-
-    def __init__(self, model: Model) -> None:
-        self._model = model
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def push(self, token: int) -> str:
-        return self._decoder.decode(self._model.token_bytes(token))
-
-    def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)
-
-
 # ---- context -------------------------------------------------------------------------------
 
 
 class Context:
     """An inference context on one model: a KV cache for sequence 0 and a reusable batch."""
 
-    def __init__(self, model: Model, *, settings: ContextSettings = ContextSettings()) -> None:
+    def __init__(self, model: Model, *, settings: ContextSettings | None = None) -> None:
+        # no settings: the defaults with an f16 cache
+        settings = settings if settings is not None else ContextSettings().with_cache_type("f16")
+        if not settings.resolved:
+            raise ValueError("resolve the 'auto' KV cache type first (ContextSettings.with_cache_type)")
         self.model = model
         self.settings = settings
         params = llama.llama_context_default_params()
         params.n_ctx = settings.n_ctx
         params.n_batch = settings.n_batch
-        params.n_ubatch = min(settings.n_batch, 512)
+        params.n_ubatch = min(settings.n_batch, settings.n_ubatch)
         params.n_seq_max = 1
         threads = settings.n_threads or physical_cores()
         params.n_threads = threads

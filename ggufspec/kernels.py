@@ -63,7 +63,9 @@ def activate() -> Path | None:
             del os.environ["LLAMA_CPP_LIB_PATH"]  # inherited from a parent process that used it
         return None
     if os.environ.get("LLAMA_CPP_LIB_PATH"):
-        return None
+        # ours from an earlier call (`import ggufspec` activates), or the user's own choice
+        lib = current_overlay()
+        return lib if lib is not None and os.environ["LLAMA_CPP_LIB_PATH"] == str(lib) else None
     lib = current_overlay()
     if lib is not None:
         os.environ["LLAMA_CPP_LIB_PATH"] = str(lib)

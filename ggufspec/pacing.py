@@ -103,30 +103,30 @@ class DraftPacer:
         """True while drafting is held back (the next round runs the target alone)."""
         return self._pause_left > 0
 
-    def best_gain(self, *, k_max: int, accept_rate: float | None = None) -> tuple[int, float] | None:
+    def best_gain(self, *, draft_max: int, accept_rate: float | None = None) -> tuple[int, float] | None:
         """(K, rate of drafting K / rate of the target alone) for the best K (K = 0: gain 1);
         None while unmeasured. `accept_rate` overrides the estimate (1.0: a perfect draft)."""
-        if self.t_1 is None or self.t_row is None or self.t_draft is None or k_max < 1:
+        if self.t_1 is None or self.t_row is None or self.t_draft is None or draft_max < 1:
             return None
         a = self.accept_rate if accept_rate is None else accept_rate
         best = (0, 1.0)
-        for k in range(1, k_max + 1):
-            cost = k * self.t_draft + self.t_1 + k * self.t_row
+        for k in range(1, draft_max + 1):
+            cost = max(k * self.t_draft + self.t_1 + k * self.t_row, 1e-12)  # a clock too coarse reads 0
             gain = expected_tokens(a, k) * self.t_1 / cost
             if gain > best[1]:
                 best = (k, gain)
         return best
 
-    def draft_len(self, *, proposed: int, k_max: int) -> int:
-        """How many tokens to draft this round: `proposed` (the length schedule's), or 0 to pause."""
-        if proposed <= 0:
+    def decide(self, *, draft_len: int, draft_max: int) -> int:
+        """How many tokens to draft this round: `draft_len` (the length schedule's), or 0 to pause."""
+        if draft_len <= 0:
             return 0
         if self.t_1 is None:  # calibrate: one plain round measures the target alone
             return 0
         if self._pause_left == 0 and not self._probe:
-            best = self.best_gain(k_max=k_max)
+            best = self.best_gain(draft_max=draft_max)
             if best is not None and best[0] == 0:
-                perfect = self.best_gain(k_max=k_max, accept_rate=1.0)
+                perfect = self.best_gain(draft_max=draft_max, accept_rate=1.0)
                 if perfect is not None and perfect[0] == 0 and self._draft_rounds >= self.hopeless_after:
                     # even a draft that is always right loses: the costs, not the text, decide
                     self._pause_left = self.hopeless_pause
@@ -139,12 +139,12 @@ class DraftPacer:
             self.paused_rounds += 1
             return 0
         probe, self._probe = self._probe, False
-        return min(proposed, self.probe_len) if probe else proposed
+        return min(draft_len, self.probe_len) if probe else draft_len
 
     def observe(
         self, *, drafted: int, accepted: int, draft_s: float, verify_s: float, draft_calls: int | None = None
     ) -> None:
-        """A round happened: `drafted` tokens proposed (0 = plain), `accepted` kept, its timings.
+        """A round happened: `drafted` tokens draft_len (0 = plain), `accepted` kept, its timings.
 
         `draft_calls`: the draft's decode calls in `draft_s` (None: one per drafted token; 0: a
         drafter with no model, whose time per token is draft_s / drafted)."""
@@ -160,6 +160,6 @@ class DraftPacer:
         self._t_draft.append(per_draft)
         if self.t_1 is not None:
             self._t_row.append(max(0.0, (verify_s - self.t_1) / drafted))
-        best = self.best_gain(k_max=max(drafted, 1))
+        best = self.best_gain(draft_max=max(drafted, 1))
         if best is not None and best[0] > 0:
             self._next_pause = self.first_pause  # drafting pays again: a later pause starts short

@@ -1,49 +1,37 @@
-"""The library API: load a target and a draft once, then generate many times.
+"""The library API: load a target and its drafter once, then generate many times.
 
-    pair = load_pair(target="embedded:smollm2:auto", draft="embedded:smollm2:Q4_1")
-    out = pair.generate(prompt="Once upon a time", max_tokens=64).run()
-    print(out.text, out.stats.gen_tps, out.stats.accept_rate)
+    from ggufspec import load_pair
+    with load_pair(target="embedded:smollm2:auto", draft="embedded:smollm2:Q4_1") as pair:
+        out = pair.generate(prompt="Once upon a time", max_tokens=64).run()
+        print(out.text, out.stats.gen_tps, out.stats.accept_rate)
 
-`draft` is a model reference, "lookup" (prompt lookup, no second model) or None (target alone).
+`draft` is a model reference, "lookup" (prompt lookup, no second model), "none" (the target
+alone), or None: the embedded default draft when no target is named either, else the target
+alone (ggufspec.resolve, the one resolver every command uses).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-from ggufspec.backend import Context, ContextSettings, Model, ModelSettings, batch_invariant_kernels
 from ggufspec.chat import render_chat
 from ggufspec.drafters import Drafter, LookupDrafter, ModelDrafter
 from ggufspec.engine import Generation, SpeculativeSettings, generate
 from ggufspec.errors import UserError
 from ggufspec.pacing import DraftPacer
+from ggufspec.resolve import LOOKUP, resolve_pair_refs
 from ggufspec.sampling import SamplingSettings
+from ggufspec.settings import ContextSettings, ModelSettings, PairSettings
 
 if TYPE_CHECKING:
+    from ggufspec.backend import Context, Model
     from ggufspec.ggufinfo import ModelInfo
 
-LOOKUP = "lookup"
-Layers = int | Literal["auto"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class PairSettings:
-    """How to load a target/draft pair."""
-
-    n_ctx: int = 4096
-    n_batch: int = 512
-    n_threads: int | None = None
-    flash_attn: Literal["auto", "on", "off"] = "on"
-    # "auto": q8_0 for a target run on the CPU (see exact_cache_type), f16 otherwise
-    cache_type_k: str = "auto"
-    cache_type_v: str = "auto"
-    n_gpu_layers: Layers = "auto"  # target; "auto" = the offload planner's choice
-    n_gpu_layers_draft: Layers = "auto"
-    offline: bool = False
-    lookup_ngram_max: int = 3
-    lookup_ngram_min: int = 1
+# `pair.generate(drafter=PAIR_DRAFTER)`: the drafter the pair was loaded with
+PAIR_DRAFTER: Drafter = object()  # type: ignore[assignment]
 
 
 def resolve_path(ref: str | Path, *, offline: bool = False) -> Path:
@@ -63,66 +51,24 @@ def check_vocab(target: Path, draft: Path) -> None:
         raise UserError(verdict.message)
 
 
-def exact_cache_type(target: Path, *, n_gpu_layers: int) -> str:
-    """The KV cache type "auto" picks for the target.
-
-    On the CPU, llama.cpp's flash attention sums a one-row decode (the target alone) in KV
-    chunks per thread once the f16 cache holds 256+ tokens, but a multi-row verify in one pass:
-    logits then differ (max 1.56 at 970 tokens, measured) and greedy speculative output can
-    drift from the target alone. A q8_0 cache takes the same per-row path for both: logits
-    bit-identical at any length (measured), for 15-20% slower steps at 1000 tokens. So: q8_0 when
-    the target runs on the CPU and its head size allows it; f16 on a GPU (its kernels are not
-    batch-invariant either way) or when it does not.
-    """
-    if n_gpu_layers != 0:
-        return "f16"
-    from ggufspec.ggufinfo import read_model_info
-
-    info = read_model_info(target)
-    dims = [*info.head_dim_k, *info.head_dim_v]
-    return "q8_0" if dims and all(d % 32 == 0 for d in dims) else "f16"
+def _layer_count(value: int | str) -> int:
+    return -1 if value == "all" else int(value)
 
 
-# Weight types whose products llama.cpp's stock CPU kernels compute the same way for a one-row
-# decode and inside a verify batch (measured: max |logit| difference 0 for Q8_0, Q4_0, Q4_1;
-# 0.038 for F32, 0.04 for F16, up to 0.7 for K-quants, where llamafile's tinyBLAS takes batches).
-STOCK_BATCH_INVARIANT_TYPES = frozenset({"Q8_0", "Q4_0", "Q4_1"})
+def _offload(target: Path, draft: Path | None, settings: PairSettings) -> tuple[ModelSettings, ModelSettings]:
+    """Offload of target and draft: explicit layer counts, or the planner's for "auto" (the draft
+    whole on one GPU first, then target layers); all on the CPU where llama.cpp has no GPU."""
+    from ggufspec import backend
 
-
-def greedy_exactness(
-    target: ModelInfo, *, n_gpu_layers: int, cache_type: str, invariant_kernels: bool
-) -> str | None:
-    """Why greedy speculative output may differ from the target alone at near-ties; None: it cannot.
-
-    Args:
-        target: the target's metadata and tensor table (ggufinfo.read_model_info).
-        n_gpu_layers: target layers offloaded (GPU kernels pick different code per batch size).
-        cache_type: the target's KV cache type (f16 attention is batch-dependent past 256 tokens).
-        invariant_kernels: the CPU backend has no llamafile (backend.batch_invariant_kernels()).
-    """
-    if n_gpu_layers != 0:
-        return "the target runs on a GPU, whose kernels differ by batch size: rare near-tie flips are possible"
-    reasons = []
-    if cache_type not in ("q8_0", "q4_0"):
-        reasons.append(f"an {cache_type} KV cache makes attention depend on the batch past 256 tokens "
-                       "(--cache-type q8_0 avoids it where the head size allows)")
-    if not invariant_kernels:
-        # the matmul weights: every matrix but a token embedding that is only looked up
-        types = {t.ggml_type for t in target.tensors
-                 if len(t.shape) >= 2 and (t.name != "token_embd.weight" or target.tied_embeddings)}
-        odd = sorted(types - STOCK_BATCH_INVARIANT_TYPES)
-        if odd:
-            reasons.append(f"{'/'.join(odd)} weights are not batch-invariant on llama.cpp's stock CPU kernels "
-                           "(run scripts/build_exact_kernels.sh)")
-    return "; ".join(reasons) or None
-
-
-def _model_settings(target: Path, draft: Path | None, settings: PairSettings) -> tuple[ModelSettings, ModelSettings]:
-    """Offload of target and draft: explicit layer counts, or the planner's for "auto"
-    (the draft whole on one GPU first, then target layers); all on the CPU with no GPU."""
     tl, dl = settings.n_gpu_layers, settings.n_gpu_layers_draft
-    t_kw: dict = {"n_gpu_layers": 0 if tl == "auto" else int(tl)}
-    d_kw: dict = {"n_gpu_layers": 0 if dl == "auto" else int(dl)}
+    if not backend.gpu_offload_supported():
+        asked = [f"{flag} {v}" for flag, v in (("--ngl", tl), ("--ngld", dl)) if v not in ("auto", 0)]
+        if asked:
+            sys.stderr.write(f"note: {' and '.join(asked)} ignored: this llama.cpp build has no GPU backend; "
+                             "everything runs on the CPU\n")
+        return ModelSettings(), ModelSettings()
+    t_kw: dict = {"n_gpu_layers": 0 if tl == "auto" else _layer_count(tl)}
+    d_kw: dict = {"n_gpu_layers": 0 if dl == "auto" else _layer_count(dl)}
     if "auto" in (tl, dl):
         from ggufspec.devices import detect_gpus
 
@@ -130,49 +76,78 @@ def _model_settings(target: Path, draft: Path | None, settings: PairSettings) ->
         if gpus:
             from ggufspec.plan import plan_for_load
 
+            cache = settings.context.cache_type_k
             t_plan, d_plan = plan_for_load(
-                target=target, draft=draft, gpus=gpus, n_ctx=settings.n_ctx,
-                cache_type="f16" if settings.cache_type_k == "auto" else settings.cache_type_k, n_batch=settings.n_batch, flash_attn=settings.flash_attn,
+                target=target, draft=draft, gpus=gpus,
+                context=settings.context.with_cache_type("f16" if cache == "auto" else cache),  # type: ignore[arg-type]
             )
             if tl == "auto":
                 t_kw = dict(t_plan)
             if dl == "auto":
                 d_kw = dict(d_plan)
+
     def build(kw: dict) -> ModelSettings:
         split = kw.get("tensor_split")
-        return ModelSettings(
-            n_gpu_layers=int(kw["n_gpu_layers"]),
-            tensor_split=tuple(split) if split else None,
-            main_gpu=int(kw.get("main_gpu") or 0),
-        )
+        return ModelSettings(n_gpu_layers=int(kw["n_gpu_layers"]), tensor_split=tuple(split) if split else None,
+                             main_gpu=int(kw.get("main_gpu") or 0))
     return build(t_kw), build(d_kw)
 
 
 @dataclass
 class SpeculativePair:
-    """A loaded target, an optional drafter, and their contexts (one generation at a time)."""
+    """A loaded target and its drafters (one generation at a time).
+
+    `drafter` is the pair's own (the first `--draft`); `load_drafter` adds more, owned and closed
+    with the pair; any of them, or None for the target alone, goes to `generate(drafter=...)`.
+    """
 
     target_path: Path
     target_model: Model
     target_ctx: Context
-    drafter: Drafter | None
-    draft_path: Path | None = None
-    draft_model: Model | None = None
-    draft_ctx: Context | None = None
+    target_info: ModelInfo
     settings: PairSettings = field(default_factory=PairSettings)
-    # the pacer's cost estimates per drafter, kept across generations (learned once per pair)
-    pacers: dict[int, DraftPacer] = field(default_factory=dict, repr=False)
+    drafter: Drafter | None = None
+    draft_path: Path | None = None
     # why greedy output may differ from the target alone on this build (None: it cannot)
     inexact_greedy: str | None = None
+    # loaded draft models: drafter -> (path, model, context), closed with the pair
+    _drafters: dict[int, tuple[Drafter, Path | None, object, object]] = field(default_factory=dict, repr=False)
+    # the pacer's cost estimates per drafter, kept across generations (learned once per pair)
+    _pacers: dict[int, DraftPacer] = field(default_factory=dict, repr=False)
 
     def pacer_for(self, drafter: Drafter) -> DraftPacer:
-        return self.pacers.setdefault(id(drafter), DraftPacer())
+        return self._pacers.setdefault(id(drafter), DraftPacer())
 
-    @property
-    def draft_name(self) -> str:
-        if self.drafter is None:
+    def draft_name(self, drafter: Drafter | None = PAIR_DRAFTER) -> str:
+        """"none", "lookup" or the draft model's path."""
+        drafter = self.drafter if drafter is PAIR_DRAFTER else drafter
+        if drafter is None:
             return "none"
-        return LOOKUP if isinstance(self.drafter, LookupDrafter) else str(self.draft_path)
+        entry = self._drafters.get(id(drafter))
+        return str(entry[1]) if entry is not None and entry[1] is not None else LOOKUP
+
+    def load_drafter(self, ref: str | Path) -> Drafter:
+        """Load a drafter for this target: a model reference (vocabulary checked, same context
+        settings as the target) or "lookup". The pair owns and closes it."""
+        from ggufspec.backend import Context, Model
+
+        if str(ref) == LOOKUP:
+            drafter: Drafter = LookupDrafter(self.settings.lookup)
+            self._drafters[id(drafter)] = (drafter, None, None, None)
+            return drafter
+        path = resolve_path(ref, offline=self.settings.offline)
+        from ggufspec.ggufinfo import read_model_info
+
+        read_model_info(path)  # a clear error for a non-GGUF or truncated file before llama.cpp
+        check_vocab(self.target_path, path)
+        _, draft_load = _offload(self.target_path, path, self.settings)
+        model = Model(path, settings=draft_load)
+        # the draft's numerics never reach the output: "auto" keeps its faster f16 cache
+        ctx = Context(model, settings=self.settings.context.with_cache_type("f16"))
+        ctx.warmup()
+        drafter = ModelDrafter(ctx)
+        self._drafters[id(drafter)] = (drafter, path, model, ctx)
+        return drafter
 
     def encode(
         self,
@@ -203,23 +178,24 @@ class SpeculativePair:
         prompt: str | None = None,
         messages: Sequence[Mapping[str, str]] | None = None,
         prompt_tokens: Sequence[int] | None = None,
+        drafter: Drafter | None = PAIR_DRAFTER,
         max_tokens: int = 128,
         sampling: SamplingSettings = SamplingSettings(),
         speculative: SpeculativeSettings = SpeculativeSettings(),
         stop: Sequence[str] = (),
-        use_draft: bool = True,
     ) -> Generation:
         """Start a generation (iterate it for steps, or `.run()` it).
 
         Args:
             prompt / messages / prompt_tokens: exactly one of them.
-            use_draft: False runs the target alone through the same loop (the baseline).
+            drafter: the pair's own (default), one from `load_drafter`, or None: the target
+                alone through the same loop (the baseline).
         """
+        given = sum(x is not None for x in (prompt, messages, prompt_tokens))
+        if given != 1:
+            raise UserError("give exactly one of prompt, messages or prompt_tokens")
         tokens = list(prompt_tokens) if prompt_tokens is not None else self.encode(prompt=prompt, messages=messages)
-        drafter = self.drafter if use_draft else None
-        if isinstance(drafter, ModelDrafter) and sampling.greedy is False:
-            # match keeps deterministic (argmax) drafts, as llama.cpp does; rejection needs q
-            drafter.greedy_draft = speculative.accept is not None and speculative.accept.value == "match"
+        drafter = self.drafter if drafter is PAIR_DRAFTER else drafter
         return generate(
             target=self.target_ctx,
             prompt=tokens,
@@ -232,9 +208,13 @@ class SpeculativePair:
         )
 
     def close(self) -> None:
-        for obj in (self.draft_ctx, self.draft_model, self.target_ctx, self.target_model):
-            if obj is not None:
-                obj.close()
+        for _, _, model, ctx in self._drafters.values():
+            for obj in (ctx, model):
+                if obj is not None:
+                    obj.close()  # type: ignore[attr-defined]
+        self._drafters.clear()
+        self.target_ctx.close()
+        self.target_model.close()
 
     def __enter__(self) -> "SpeculativePair":
         return self
@@ -248,77 +228,53 @@ def load_pair(
     target: str | Path | None = None,
     draft: str | Path | None = None,
     settings: PairSettings = PairSettings(),
-    p_min: float = 0.0,
 ) -> SpeculativePair:
     """Resolve, check and load a target and its drafter.
 
     Args:
         target: model reference; None = the embedded default target.
-        draft: model reference, "lookup", or None (target alone). With target None too,
-            the embedded default draft.
-        settings: context and offload settings shared by both models.
-        p_min: the draft model's confidence stop (--draft-p-min).
+        draft: model reference, "lookup", "none", or None (see the module docstring).
+        settings: context, offload and lookup settings (the draft shares the target's context).
 
     Raises:
         UserError: missing/invalid files, an incompatible vocabulary, a context that cannot be made.
     """
-    from ggufspec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
-
-    if target is None:
-        target = DEFAULT_TARGET
-        if draft is None:
-            draft = DEFAULT_DRAFT
-    target_path = resolve_path(target, offline=settings.offline)
-    draft_path = None
-    if draft is not None and str(draft) != LOOKUP:
-        draft_path = resolve_path(draft, offline=settings.offline)
-    # Validate both files before loading either: clear errors for non-GGUF / truncated / vocab.
+    from ggufspec import backend
+    from ggufspec.exactness import auto_cache_type, greedy_exactness
     from ggufspec.ggufinfo import read_model_info
 
+    refs = resolve_pair_refs(target=target, draft=draft)
+    target_path = resolve_path(refs.target, offline=settings.offline)
+    draft_path = None
+    if refs.draft is not None and refs.draft != LOOKUP:
+        draft_path = resolve_path(refs.draft, offline=settings.offline)
+    # Validate both files before loading either: clear errors for non-GGUF / truncated / vocab.
     target_info = read_model_info(target_path)
     if draft_path is not None:
         read_model_info(draft_path)
         check_vocab(target_path, draft_path)
 
-    target_load, draft_load = _model_settings(target_path, draft_path, settings)
-
-    def context_settings(cache_k: str, cache_v: str) -> ContextSettings:
-        return ContextSettings(
-            n_ctx=settings.n_ctx,
-            n_batch=settings.n_batch,
-            n_threads=settings.n_threads,
-            flash_attn=settings.flash_attn,
-            cache_type_k=cache_k,  # type: ignore[arg-type]
-            cache_type_v=cache_v,  # type: ignore[arg-type]
-        )
-
-    auto = exact_cache_type(target_path, n_gpu_layers=target_load.n_gpu_layers) if "auto" in (
-        settings.cache_type_k, settings.cache_type_v) else "f16"
-    ctx_settings = context_settings(
-        auto if settings.cache_type_k == "auto" else settings.cache_type_k,
-        auto if settings.cache_type_v == "auto" else settings.cache_type_v,
-    )
-    # the draft's numerics do not touch the output: "auto" keeps its faster f16 cache
-    draft_ctx_settings = context_settings(
-        "f16" if settings.cache_type_k == "auto" else settings.cache_type_k,
-        "f16" if settings.cache_type_v == "auto" else settings.cache_type_v,
-    )
-    target_model = Model(target_path, settings=target_load)
-    target_ctx = Context(target_model, settings=ctx_settings)
-    target_ctx.warmup()
+    target_load, _ = _offload(target_path, draft_path, settings)
+    on_gpu = target_load.n_gpu_layers != 0
+    ctx_settings: ContextSettings = settings.context.with_cache_type(auto_cache_type(target_info, on_gpu=on_gpu))
+    target_model = backend.Model(target_path, settings=target_load)
+    try:
+        target_ctx = backend.Context(target_model, settings=ctx_settings)
+        target_ctx.warmup()
+    except BaseException:
+        target_model.close()
+        raise
     pair = SpeculativePair(
-        target_path=target_path, target_model=target_model, target_ctx=target_ctx, drafter=None, settings=settings,
-        inexact_greedy=greedy_exactness(target_info, n_gpu_layers=target_load.n_gpu_layers,
-                                        cache_type=ctx_settings.cache_type_k,
-                                        invariant_kernels=batch_invariant_kernels()),
+        target_path=target_path, target_model=target_model, target_ctx=target_ctx, target_info=target_info,
+        settings=settings,
+        inexact_greedy=greedy_exactness(target_info, on_gpu=on_gpu, cache_type=ctx_settings.cache_type_k,
+                                        invariant_kernels=backend.batch_invariant_kernels()),
     )
-    if draft is not None and str(draft) == LOOKUP:
-        pair.drafter = LookupDrafter(ngram_max=settings.lookup_ngram_max, ngram_min=settings.lookup_ngram_min)
-    elif draft_path is not None:
-        draft_model = Model(draft_path, settings=draft_load)
-        # The draft never runs past the target's context: same n_ctx.
-        draft_ctx = Context(draft_model, settings=draft_ctx_settings)
-        draft_ctx.warmup()
-        pair.draft_path, pair.draft_model, pair.draft_ctx = draft_path, draft_model, draft_ctx
-        pair.drafter = ModelDrafter(draft_ctx, p_min=p_min)
+    try:
+        if refs.draft is not None:
+            pair.drafter = pair.load_drafter(draft_path if draft_path is not None else refs.draft)
+            pair.draft_path = draft_path
+    except BaseException:
+        pair.close()
+        raise
     return pair

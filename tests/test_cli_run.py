@@ -140,21 +140,3 @@ def test_pair_errors_name_the_fix(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "ggufspec.cli", "plan", "--pair", "qwen3-8b", "--offline"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert_one_line_error(proc, "Qwen/Qwen3-8B-GGUF", "ggufspec pull")
-
-
-def test_apply_pair_fills_target_and_drafts() -> None:
-    import argparse
-
-    from ggufspec.catalog import get_pair
-    from ggufspec.commands import apply_pair
-
-    entry = get_pair("qwen2.5-7b")
-    args = argparse.Namespace(pair="qwen2.5-7b", target=None, draft=None)
-    apply_pair(args)
-    assert (args.target, args.draft) == (entry.target, entry.draft)
-    bench_args = argparse.Namespace(pair="qwen2.5-7b", target=None, draft=["lookup"])
-    apply_pair(bench_args, drafts_extend=True)  # bench: the pair's draft first, then the others
-    assert bench_args.draft == [entry.draft, "lookup"]
-    untouched = argparse.Namespace(pair=None, target="a.gguf", draft="b.gguf")
-    apply_pair(untouched)
-    assert (untouched.target, untouched.draft) == ("a.gguf", "b.gguf")

@@ -15,7 +15,8 @@ import pytest
 from ggufspec.drafters import DraftLengthSettings, LookupDrafter
 from ggufspec.embedded import exact_target_quant
 from ggufspec.engine import SpeculativeSettings
-from ggufspec.runtime import PairSettings, load_pair
+from ggufspec.runtime import load_pair
+from ggufspec.settings import ContextSettings, PairSettings
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +49,7 @@ CONFIGS = [(d, k, a) for d in ("model", "lookup") for k in (1, 2, 4, 8) for a in
 
 @pytest.fixture(scope="module")
 def default_pair():
-    pair = load_pair(settings=PairSettings(n_ctx=512))
+    pair = load_pair(settings=PairSettings(context=ContextSettings(n_ctx=512)))
     yield pair
     pair.close()
 
@@ -60,28 +61,25 @@ def test_greedy_identical_to_the_target_alone_on_20_prompts(default_pair) -> Non
     assert len(prompts) == 20
     reasons, accepted = set(), {"model": 0, "lookup": 0}
     for tokens in prompts:
-        base = pair.generate(prompt_tokens=tokens, max_tokens=32, use_draft=False).run()
+        base = pair.generate(prompt_tokens=tokens, max_tokens=32, drafter=None).run()
         reasons.add(base.stats.stop_reason)
         for name, k, adaptive in CONFIGS:
-            pair.drafter = model_drafter if name == "model" else lookup
-            out = pair.generate(prompt_tokens=tokens, max_tokens=32,
+            out = pair.generate(prompt_tokens=tokens, max_tokens=32, drafter=model_drafter if name == "model" else lookup,
                                 speculative=SpeculativeSettings(length=DraftLengthSettings(
-                                    draft_max=k, adaptive=adaptive, pace=False))).run()
+                                    draft_max=k, fixed=not adaptive, always_draft=True))).run()
             assert out.tokens == base.tokens, (pair.target_model.detokenize(tokens), name, k, adaptive)
             accepted[name] += out.stats.accepted
-    pair.drafter = model_drafter
     assert "eog" in reasons and "length" in reasons
     assert accepted["model"] > 0 and accepted["lookup"] > 0
 
 
 def test_greedy_identical_when_filling_the_context() -> None:
-    with load_pair(settings=PairSettings(n_ctx=256)) as pair:
+    with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=256))) as pair:
         tokens = pair.encode(prompt="The quick brown fox jumps over the lazy dog. " * 18)
-        base = pair.generate(prompt_tokens=tokens, max_tokens=1000, use_draft=False).run()
+        base = pair.generate(prompt_tokens=tokens, max_tokens=1000, drafter=None).run()
         assert base.stats.stop_reason == "context" and len(tokens) + len(base.tokens) == 256
         for drafter in (pair.drafter, LookupDrafter()):
-            pair.drafter = drafter
-            out = pair.generate(prompt_tokens=tokens, max_tokens=1000,
+            out = pair.generate(prompt_tokens=tokens, max_tokens=1000, drafter=drafter,
                                 speculative=SpeculativeSettings(length=DraftLengthSettings(draft_max=8))).run()
             assert out.tokens == base.tokens and out.stats.stop_reason == "context"
 
@@ -108,12 +106,13 @@ def test_cli_runs_a_catalog_pair_by_name() -> None:
 def test_q8_0_cache_makes_verify_rows_bit_identical_past_256_tokens() -> None:
     # llama.cpp's CPU flash attention splits a one-row decode's KV sum per thread once an f16
     # cache holds 256+ tokens; the default (auto) q8_0 cache keeps one path for every batch shape
-    from ggufspec.backend import Context, ContextSettings, Model
+    from ggufspec.backend import Context, Model
     from ggufspec.embedded import default_pair_paths
-    from ggufspec.runtime import exact_cache_type
+    from ggufspec.exactness import auto_cache_type
+    from ggufspec.ggufinfo import read_model_info
 
     target = default_pair_paths()[0]
-    assert exact_cache_type(target, n_gpu_layers=0) == "q8_0"
+    assert auto_cache_type(read_model_info(target), on_gpu=False) == "q8_0"
     model = Model(target)
     settings = ContextSettings(n_ctx=1024, cache_type_k="q8_0", cache_type_v="q8_0", n_threads=2)
     one, batch = Context(model, settings=settings), Context(model, settings=settings)
@@ -136,7 +135,7 @@ def test_q8_0_cache_makes_verify_rows_bit_identical_past_256_tokens() -> None:
 
 
 def test_greedy_identical_past_256_tokens_of_context() -> None:
-    with load_pair(settings=PairSettings(n_ctx=1024)) as pair:
+    with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=1024))) as pair:
         assert pair.target_ctx.settings.cache_type_k == "q8_0"
         text = "Summarise the notes below in five bullet points.\n" + "\n".join(
             f"Note {i}: the {w} team moved its weekly meeting to {d} and asked for the {x} report." for i, (w, d, x) in
@@ -144,9 +143,8 @@ def test_greedy_identical_past_256_tokens_of_context() -> None:
                           ["Monday", "Tuesday", "Thursday", "Friday"] * 6, ["budget", "hiring", "risk"] * 8)))
         tokens = pair.encode(messages=[{"role": "user", "content": text}])
         assert len(tokens) > 300
-        base = pair.generate(prompt_tokens=tokens, max_tokens=64, use_draft=False).run()
+        base = pair.generate(prompt_tokens=tokens, max_tokens=64, drafter=None).run()
         for drafter in (pair.drafter, LookupDrafter()):
-            pair.drafter = drafter
-            out = pair.generate(prompt_tokens=tokens, max_tokens=64, speculative=SpeculativeSettings(
-                length=DraftLengthSettings(draft_max=6, pace=False))).run()
+            out = pair.generate(prompt_tokens=tokens, max_tokens=64, drafter=drafter, speculative=SpeculativeSettings(
+                length=DraftLengthSettings(draft_max=6, always_draft=True))).run()
             assert out.tokens == base.tokens

@@ -19,7 +19,8 @@ from ggufspec.acceptance import AcceptRule, Variant
 from ggufspec.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter
 from ggufspec.engine import SpeculativeSettings, Source
 from ggufspec.errors import UserError
-from ggufspec.runtime import PairSettings, SpeculativePair, load_pair
+from ggufspec.runtime import SpeculativePair, load_pair
+from ggufspec.settings import ContextSettings, PairSettings
 from ggufspec.sampling import SamplingSettings
 
 PROMPTS: list[tuple[str, str]] = [
@@ -51,7 +52,8 @@ CONFIGS = [
 
 
 def _open(target: Path, draft: Path | None, n_ctx: int = 512) -> SpeculativePair:
-    return load_pair(target=str(target), draft=str(draft) if draft else None, settings=PairSettings(n_ctx=n_ctx, n_threads=1))
+    return load_pair(target=str(target), draft=str(draft) if draft else "none",
+                     settings=PairSettings(context=ContextSettings(n_ctx=n_ctx, n_threads=1)))
 
 
 @pytest.fixture(scope="module", params=["smollm2-vocab", "byte-vocab"])
@@ -78,17 +80,16 @@ def test_greedy_is_token_identical_to_the_target_alone(pair: SpeculativePair) ->
     gains = Counter()
     for kind, text in PROMPTS:
         tokens = _encode(pair, kind, text)
-        base = pair.generate(prompt_tokens=tokens, max_tokens=64, use_draft=False).run()
+        base = pair.generate(prompt_tokens=tokens, max_tokens=64, drafter=None).run()
         stop_reasons[base.stats.stop_reason] += 1
         for name, k, adaptive in CONFIGS:
-            pair.drafter = model_drafter if name == "model" else lookup
-            spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=k, adaptive=adaptive))
-            out = pair.generate(prompt_tokens=tokens, max_tokens=64, speculative=spec).run()
+            spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=k, fixed=not adaptive))
+            out = pair.generate(prompt_tokens=tokens, max_tokens=64, speculative=spec,
+                                drafter=model_drafter if name == "model" else lookup).run()
             assert out.tokens == base.tokens, (pair.kind, text, name, k, adaptive)
             assert out.text == base.text
             assert out.stats.stop_reason == base.stats.stop_reason
             gains[name] += out.stats.accepted
-    pair.drafter = model_drafter
     assert gains["model"] > 0  # the draft model really drafted and got tokens accepted
     if pair.kind == "byte-vocab":  # type: ignore[attr-defined]
         # A random 49k-token model never repeats an n-gram, so lookup has nothing to propose
@@ -100,15 +101,13 @@ def test_greedy_is_token_identical_to_the_target_alone(pair: SpeculativePair) ->
 def test_greedy_identity_when_generation_fills_the_context(tiny_target_q8, tiny_draft_q8) -> None:
     with _open(tiny_target_q8, tiny_draft_q8, n_ctx=96) as p:
         tokens = p.encode(prompt="The quick brown fox jumps over the lazy dog. " * 4)
-        base = p.generate(prompt_tokens=tokens, max_tokens=1000, use_draft=False).run()
+        base = p.generate(prompt_tokens=tokens, max_tokens=1000, drafter=None).run()
         assert base.stats.stop_reason == "context"
         assert len(tokens) + len(base.tokens) == p.target_ctx.n_ctx  # llama.cpp may round n_ctx up
         for k in (1, 4, 8):
             for drafter in (p.drafter, LookupDrafter()):
-                spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=k, adaptive=False))
-                saved, p.drafter = p.drafter, drafter
-                out = p.generate(prompt_tokens=tokens, max_tokens=1000, speculative=spec).run()
-                p.drafter = saved
+                spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=k, fixed=True))
+                out = p.generate(prompt_tokens=tokens, max_tokens=1000, speculative=spec, drafter=drafter).run()
                 assert out.tokens == base.tokens and out.stats.stop_reason == "context"
 
 
@@ -117,7 +116,7 @@ def test_target_as_its_own_draft_accepts_everything(tiny_target_q8) -> None:
     # output is made of draft tokens plus one bonus token per round.
     with _open(tiny_target_q8, tiny_target_q8) as p:
         out = p.generate(prompt="hello world", max_tokens=40,
-                         speculative=SpeculativeSettings(length=DraftLengthSettings(draft_max=4, adaptive=False))).run()
+                         speculative=SpeculativeSettings(length=DraftLengthSettings(draft_max=4, fixed=True))).run()
     s = out.stats
     assert s.accept_rate == 1.0 and s.drafted == s.accepted > 0
     assert out.sources[0] is Source.TARGET
@@ -129,7 +128,7 @@ def test_target_as_its_own_draft_accepts_everything(tiny_target_q8) -> None:
 
 def test_max_tokens_and_stop_strings(tiny_target_q8, tiny_draft_q8) -> None:
     with _open(tiny_target_q8, tiny_draft_q8) as p:
-        full = p.generate(prompt="Once upon a time", max_tokens=40, use_draft=False).run()
+        full = p.generate(prompt="Once upon a time", max_tokens=40, drafter=None).run()
         assert len(full.tokens) == 40 and full.stats.stop_reason == "length"
         short = p.generate(prompt="Once upon a time", max_tokens=7).run()
         assert short.tokens == full.tokens[:7]
@@ -172,17 +171,13 @@ def test_greedy_rule_refused_when_sampling() -> None:
 
 def test_confidence_stop_and_draft_min(tiny_target_q8, tiny_draft_q8) -> None:
     with _open(tiny_target_q8, tiny_draft_q8) as p:
-        base = p.generate(prompt="Once upon a time", max_tokens=32, use_draft=False).run()
-        p.drafter = ModelDrafter(p.draft_ctx, p_min=0.9)
-        spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=8, p_min=0.9, adaptive=False))
+        base = p.generate(prompt="Once upon a time", max_tokens=32, drafter=None).run()
+        spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=8, draft_p_min=0.9, fixed=True))
         out = p.generate(prompt="Once upon a time", max_tokens=32, speculative=spec).run()
         assert out.tokens == base.tokens
-        no_stop = ModelDrafter(p.draft_ctx)
-        p.drafter = no_stop
-        free = p.generate(prompt="Once upon a time", max_tokens=32, speculative=SpeculativeSettings(length=DraftLengthSettings(draft_max=8, adaptive=False))).run()
+        free = p.generate(prompt="Once upon a time", max_tokens=32, speculative=SpeculativeSettings(length=DraftLengthSettings(draft_max=8, fixed=True))).run()
         assert out.stats.drafted < free.stats.drafted  # the confidence stop cut drafts short
-        spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=8, draft_min=8, adaptive=False))
-        p.drafter = ModelDrafter(p.draft_ctx, p_min=0.9)
+        spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=8, draft_min=8, draft_p_min=0.9, fixed=True))
         gated = p.generate(prompt="Once upon a time", max_tokens=32, speculative=spec).run()
         assert gated.tokens == base.tokens and gated.stats.drafted <= out.stats.drafted
 
@@ -196,7 +191,8 @@ def _token_counts(p: SpeculativePair, tokens: list[int], sampling_kw: dict, spec
     for seed in range(runs):
         s = SamplingSettings(seed=seed, **sampling_kw)
         out = p.generate(prompt_tokens=tokens, max_tokens=n_tokens, sampling=s,
-                         speculative=spec or SpeculativeSettings(), use_draft=spec is not None).run()
+                         speculative=spec or SpeculativeSettings(),
+                         **({} if spec is not None else {"drafter": None})).run()
         for i, t in enumerate(out.tokens):
             counts[i][t] += 1
     return counts
@@ -227,7 +223,7 @@ def test_sampled_tokens_follow_the_target_alone(tiny_bytes_target_q8, tiny_bytes
     runs, n_tokens = 700, 4
     with _open(tiny_bytes_target_q8, tiny_bytes_draft_q8) as p:
         tokens = p.encode(prompt="hello world")
-        spec = SpeculativeSettings(accept=rule, variant=variant, length=DraftLengthSettings(draft_max=3, adaptive=False))
+        spec = SpeculativeSettings(accept=rule, variant=variant, length=DraftLengthSettings(draft_max=3, fixed=True))
         ours = _token_counts(p, tokens, sampling_kw, spec, runs, n_tokens)
         alone = _token_counts(p, tokens, sampling_kw, None, runs, n_tokens)
     for i in range(n_tokens):

@@ -14,6 +14,7 @@ import numpy as np
 
 from ggufspec import backend, kernels
 from ggufspec.embedded import exact_target_quant, resolve_embedded
+from ggufspec.settings import ContextSettings
 
 INSTALLED_LIB = kernels.installed_lib_dir()
 
@@ -78,7 +79,7 @@ def test_the_auto_target_is_batch_invariant_on_this_build() -> None:
     quant = exact_target_quant()
     assert quant == ("F32" if backend.batch_invariant_kernels() else "Q8_0")
     model = backend.Model(resolve_embedded("smollm2", "auto"))
-    settings = backend.ContextSettings(n_ctx=512, cache_type_k="q8_0", cache_type_v="q8_0")
+    settings = ContextSettings(n_ctx=512, cache_type_k="q8_0", cache_type_v="q8_0")
     one, batch = backend.Context(model, settings=settings), backend.Context(model, settings=settings)
     try:
         tokens = model.tokenize("The printing press spread across Europe within decades. " * 8)[:80]
@@ -97,17 +98,17 @@ def test_the_auto_target_is_batch_invariant_on_this_build() -> None:
 
 def test_greedy_exactness_names_what_breaks_it(tiny_target: Path, tiny_target_q8: Path) -> None:
     from ggufspec.ggufinfo import read_model_info
-    from ggufspec.runtime import greedy_exactness
+    from ggufspec.exactness import greedy_exactness
 
     f32, q8 = read_model_info(tiny_target), read_model_info(tiny_target_q8)
     assert f32.file_type in ("F32", "F16")
-    kw = dict(n_gpu_layers=0, cache_type="q8_0")
+    kw = dict(on_gpu=False, cache_type="q8_0")
     assert greedy_exactness(q8, invariant_kernels=False, **kw) is None
     assert greedy_exactness(f32, invariant_kernels=True, **kw) is None
     reason = greedy_exactness(f32, invariant_kernels=False, **kw)
     assert reason is not None and "build_exact_kernels.sh" in reason
-    assert "f16 KV cache" in greedy_exactness(q8, invariant_kernels=True, n_gpu_layers=0, cache_type="f16")
-    assert "GPU" in greedy_exactness(q8, invariant_kernels=True, n_gpu_layers=-1, cache_type="q8_0")
+    assert "f16 KV cache" in greedy_exactness(q8, invariant_kernels=True, on_gpu=False, cache_type="f16")
+    assert "GPU" in greedy_exactness(q8, invariant_kernels=True, on_gpu=True, cache_type="q8_0")
 
 
 def test_run_notes_an_inexact_pair_on_stderr(tiny_target: Path, tiny_draft: Path) -> None:
@@ -130,6 +131,7 @@ def test_run_notes_an_inexact_pair_on_stderr(tiny_target: Path, tiny_draft: Path
 def test_built_kernels_are_in_use_in_this_process() -> None:
     # .ci/run builds them: a fresh venv (same wheel, new files) must still pick them up
     lib = kernels.overlay_dir()
+    # CI builds them (.ci/run): a missing overlay is a failure there, a skip on a bare checkout
     if lib is None or not (lib / "libggml-cpu.so").is_file():
         import pytest
 

@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-from ggufspec.commands import add_pair_argument, apply_pair
+from ggufspec.commands import add_pair_argument
 from ggufspec.errors import UserError
 
 
@@ -50,8 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--accept", default=None, metavar="RULE", help="greedy | rejection | match (default: greedy at temp 0, else rejection)")
     d.add_argument("--variant", default="leviathan", metavar="NAME", help="rejection variant: leviathan | chen")
     r = p.add_argument_group("runtime")
-    r.add_argument("--ngl", default="auto", metavar="N|auto", help="target layers on the GPU (default auto: planner)")
-    r.add_argument("--ngld", default="auto", metavar="N|auto", help="draft layers on the GPU (default auto)")
+    r.add_argument("--ngl", default="auto", metavar="N|all|auto", help="target layers on the GPU (default auto: planner)")
+    r.add_argument("--ngld", default="auto", metavar="N|all|auto", help="draft layers on the GPU (default auto)")
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
     r.add_argument(
         "--cache-type", default="auto", choices=("auto", "f16", "q8_0", "q4_0", "f32"), metavar="TYPE",
@@ -66,22 +66,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--compare", action="store_true", help="also run the target alone; print the speedup")
 
 
-def _layers(text: str, flag: str) -> int | str:
-    if text == "auto":
-        return "auto"
-    try:
-        return int(text)
-    except ValueError:
-        raise UserError(f"{flag} takes a layer count or 'auto', got {text!r}") from None
-
-
 def run(args: argparse.Namespace) -> int:
     from ggufspec import backend
     from ggufspec.acceptance import AcceptRule, Variant
     from ggufspec.drafters import DraftLengthSettings
     from ggufspec.engine import SpeculativeSettings
-    from ggufspec.runtime import PairSettings, load_pair
+    from ggufspec.resolve import resolve_pair_refs
+    from ggufspec.runtime import load_pair
     from ggufspec.sampling import SamplingSettings
+    from ggufspec.settings import ContextSettings, PairSettings, parse_layers
 
     backend.set_verbose(args.llama_log)
     # Validate every setting before loading anything.
@@ -92,38 +85,23 @@ def run(args: argparse.Namespace) -> int:
         accept=AcceptRule.parse(args.accept) if args.accept else None,
         variant=Variant.parse(args.variant),
         length=DraftLengthSettings(
-            draft_max=args.draft_max, draft_min=args.draft_min, p_min=args.draft_p_min, adaptive=not args.fixed,
-            pace=not args.always_draft,
+            draft_max=args.draft_max, draft_min=args.draft_min, draft_p_min=args.draft_p_min, fixed=args.fixed,
+            always_draft=args.always_draft,
         ),
     )
     speculative.rule_for(sampling)
     if args.max_tokens < 1:
         raise UserError(f"-n must be >= 1, got {args.max_tokens}")
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
     settings = PairSettings(
-        n_ctx=args.ctx,
-        n_threads=args.threads,
-        n_gpu_layers=_layers(args.ngl, "--ngl"),
-        n_gpu_layers_draft=_layers(args.ngld, "--ngld"),
+        context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads, cache_type_k=args.cache_type,
+                                cache_type_v=args.cache_type),
+        n_gpu_layers=parse_layers(args.ngl, flag="--ngl"),
+        n_gpu_layers_draft=parse_layers(args.ngld, flag="--ngld"),
         offline=args.offline,
-        cache_type_k=args.cache_type,
-        cache_type_v=args.cache_type,
     )
-    apply_pair(args)
-    draft = None if args.draft in (None, "none") else args.draft
-    if args.target is None and args.draft is None:
-        target, draft = None, None  # the embedded default pair
-    else:
-        if args.target is None:
-            from ggufspec.embedded import DEFAULT_TARGET
+    refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
 
-            args.target = DEFAULT_TARGET
-        target = args.target
-
-    with load_pair(target=target, draft=draft, settings=settings, p_min=args.draft_p_min) as pair:
-        if args.draft == "none":
-            pair.drafter = None
+    with load_pair(target=refs.target, draft=refs.draft or "none", settings=settings) as pair:
         if pair.drafter is not None and sampling.greedy and pair.inexact_greedy:
             sys.stderr.write(f"note: {pair.inexact_greedy}\n")
         messages = [{"role": "user", "content": args.prompt}] if args.chat else None
@@ -139,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
         baseline = None
         if args.compare:
             baseline = pair.generate(
-                prompt_tokens=tokens, max_tokens=args.max_tokens, sampling=sampling,
-                speculative=speculative, stop=args.stop, use_draft=False,
+                prompt_tokens=tokens, drafter=None, max_tokens=args.max_tokens, sampling=sampling,
+                speculative=speculative, stop=args.stop,
             ).run()
         _report(args, pair, gen, baseline, sampling)
     return 0
@@ -191,7 +169,7 @@ def _report(args, pair, gen, baseline, sampling) -> None:
         "accept_rate_by_position": [round(x, 3) for x in s.accept_rate_by_position],
         "stop_reason": s.stop_reason,
     }
-    result: dict = {"text": gen.text, "target": str(pair.target_path), "draft": pair.draft_name, "stats": stats}
+    result: dict = {"text": gen.text, "target": str(pair.target_path), "draft": pair.draft_name(), "stats": stats}
     if baseline is not None:
         b = baseline.stats
         result["baseline"] = {"text": baseline.text, "gen_tps": round(b.gen_tps, 2)}
@@ -204,7 +182,7 @@ def _report(args, pair, gen, baseline, sampling) -> None:
     from rich.table import Table
 
     err = Console(stderr=True, highlight=False)
-    table = Table(title=f"target {pair.target_path.name}  draft {pair.draft_name if pair.drafter is None or pair.draft_path is None else pair.draft_path.name}", title_justify="left")
+    table = Table(title=f"target {pair.target_path.name}  draft {pair.draft_name() if pair.draft_path is None else pair.draft_path.name}", title_justify="left")
     table.add_column("metric")
     table.add_column("speculative", justify="right")
     if baseline is not None:

@@ -23,7 +23,7 @@ import os
 import socket
 import sys
 
-from ggufspec.commands import add_pair_argument, apply_pair
+from ggufspec.commands import add_pair_argument
 from ggufspec.errors import UserError
 
 
@@ -74,41 +74,34 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UserError(f"ggufspec serve needs {exc.name}: pip install 'ggufspec[server]'") from None
     from ggufspec import backend
-    from ggufspec.runtime import PairSettings, load_pair
+    from ggufspec.drafters import DraftLengthSettings
+    from ggufspec.resolve import resolve_pair_refs
+    from ggufspec.runtime import load_pair
     from ggufspec.server import create_app
+    from ggufspec.settings import ContextSettings, PairSettings
 
     backend.set_verbose(args.llama_log)
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in [0, 65535], got {args.port}")
     if args.queue < 0:
         raise UserError(f"--queue must be >= 0, got {args.queue}")
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
     if args.api_key is not None and not args.api_key.strip():
         raise UserError("--api-key is empty; give a key or leave it out")
-    settings = PairSettings(n_ctx=args.ctx, n_threads=args.threads, offline=args.offline)
-    apply_pair(args)
-    draft = None if args.draft in (None, "none") else args.draft
-    target = args.target
-    if args.target is None and args.draft is None:
-        draft = None  # with target None too: the embedded default pair
-    elif target is None:
-        from ggufspec.embedded import DEFAULT_TARGET
-
-        target = DEFAULT_TARGET
+    settings = PairSettings(context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads), offline=args.offline)
+    # the server's draft length; a request may change draft_max and always_draft
+    draft_length = DraftLengthSettings(draft_p_min=args.draft_p_min, always_draft=args.always_draft)
+    refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
 
     sock = _bind(args.host, args.port)  # before loading: a busy port fails fast
-    with load_pair(target=target, draft=draft, settings=settings, p_min=args.draft_p_min) as pair:
-        if args.draft == "none":
-            pair.drafter = None
+    with load_pair(target=refs.target, draft=refs.draft or "none", settings=settings) as pair:
         name = args.model_name or pair.target_path.stem
         app = create_app(pair=pair, model_name=name, api_key=args.api_key, queue_size=args.queue,
-                         always_draft=args.always_draft)
+                         draft_length=draft_length)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         err = sys.stderr
         err.write(
-            f"ggufspec serve: {name} (target {pair.target_path.name}, draft {pair.draft_name if pair.draft_path is None else pair.draft_path.name})\n"
+            f"ggufspec serve: {name} (target {pair.target_path.name}, draft {pair.draft_name() if pair.draft_path is None else pair.draft_path.name})\n"
             f"ggufspec serve: listening on http://{shown}:{port}/v1\n"
         )
         if host not in ("127.0.0.1", "::1", "localhost") and args.api_key is None:

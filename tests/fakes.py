@@ -1,0 +1,133 @@
+"""Pure-Python stand-ins for llama.cpp: a fake `Target` (any model context) and a simulated clock.
+
+A fake model is a deterministic next-token distribution of the whole prefix, `lm(prefix) -> logits`;
+its "KV cache" is the list of tokens decoded so far, so a decode scores each row from the true
+prefix and a missed rollback shows as wrong logits, not silently. Each decode advances a simulated
+clock by a modelled cost (t_1 for one row, t_row per extra row), which is all the pacer sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+LM = Callable[[Sequence[int]], np.ndarray]
+
+
+class FakeClock:
+    """Seconds that pass only when a fake model decodes."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+class FakeVocab:
+    """Token t renders as the letters of `pieces[t]`; `eog` tokens end a generation."""
+
+    def __init__(self, pieces: Sequence[bytes], eog: Sequence[int] = ()) -> None:
+        self.pieces = list(pieces)
+        self.eog = set(eog)
+
+    def is_eog(self, token: int) -> bool:
+        return token in self.eog
+
+    def token_bytes(self, token: int) -> bytes:
+        return self.pieces[token]
+
+
+def letters_vocab(n_vocab: int, *, eog: Sequence[int] = ()) -> FakeVocab:
+    """Pieces 'a', 'b', ..., then two-letter ones; token n_vocab-1 is a 2-byte UTF-8 'é' split
+    over two tokens would need byte pieces: token n_vocab-2 renders b'\\xc3', n_vocab-1 b'\\xa9'."""
+    pieces = [bytes([97 + i % 26]) * (1 + i // 26) for i in range(n_vocab - 2)] + [b"\xc3", b"\xa9"]
+    return FakeVocab(pieces, eog)
+
+
+def ngram_lm(*, n_vocab: int, seed: int, order: int = 2, peak: float = 3.0, noise: float = 0.0,
+             noise_seed: int = 1) -> LM:
+    """Logits that depend on the last `order` tokens only (so text repeats and lookup finds
+    matches), drawn from a hash of them; `noise` adds a second, independent hash: a draft that
+    agrees with the target more or less."""
+
+    def draw(key: tuple[int, ...], s: int) -> np.ndarray:
+        h = hashlib.blake2b(repr((s, key)).encode(), digest_size=8).digest()
+        return np.random.default_rng(int.from_bytes(h, "little")).standard_normal(n_vocab)
+
+    def lm(prefix: Sequence[int]) -> np.ndarray:
+        key = tuple(prefix[-order:])
+        z = peak * draw(key, seed)
+        if noise:
+            z = z + noise * peak * draw(key, seed + 1000 * noise_seed)
+        return z.astype(np.float32)
+
+    return lm
+
+
+@dataclass
+class FakeModel:
+    """A fake context implementing ggufspec.target.Target."""
+
+    lm: LM
+    vocab: FakeVocab
+    n_ctx: int = 256
+    n_batch: int = 64
+    clock: FakeClock | None = None
+    t_1: float = 0.010  # seconds for a one-row decode
+    t_row: float = 0.001  # seconds for each extra row
+    kv: list[int] = field(default_factory=list)
+    decodes: list[tuple[int, str]] = field(default_factory=list)  # (rows, logits mode) per call
+    _rows: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def model(self) -> FakeVocab:
+        return self.vocab
+
+    @property
+    def n_past(self) -> int:
+        return len(self.kv)
+
+    def decode(self, tokens: Sequence[int], *, logits: str = "last") -> None:
+        n = len(tokens)
+        if n == 0:
+            return
+        if self.n_past + n > self.n_ctx:
+            raise AssertionError(f"decode past the context: {self.n_past} + {n} > {self.n_ctx}")
+        if logits == "all" and n > self.n_batch:
+            raise AssertionError(f"{n} rows do not fit a batch of {self.n_batch}")
+        self.decodes.append((n, logits))
+        start = len(self.kv)
+        self.kv.extend(int(t) for t in tokens)
+        if logits == "all":
+            self._rows = [self.lm(self.kv[: start + i + 1]) for i in range(n)]
+        elif logits == "last":
+            self._rows = [self.lm(self.kv)]
+        else:
+            self._rows = []
+        if self.clock is not None:
+            self.clock.t += self.t_1 + (n - 1) * self.t_row
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        return self._rows[i]
+
+    def truncate(self, n: int) -> None:
+        del self.kv[n:]
+
+    def clear(self) -> None:
+        self.kv.clear()
+
+
+def greedy_reference(lm: LM, vocab: FakeVocab, prompt: Sequence[int], *, max_tokens: int, n_ctx: int) -> list[int]:
+    """The target alone, written independently of ggufspec's loop: argmax of lm, token by token."""
+    history, out = list(prompt), []
+    while len(out) < max_tokens and len(history) < n_ctx:
+        tok = int(np.argmax(lm(history)))
+        out.append(tok)
+        history.append(tok)
+        if vocab.is_eog(tok):
+            break
+    return out

@@ -1,0 +1,330 @@
+"""The draft/verify loop on pure-Python fake models (tests/fakes.py): no llama.cpp, no weights.
+
+Greedy output is checked against an independent reference (an argmax loop written here, not
+ggufspec's loop with K = 0), so a bug in shared code cannot cancel out; sampled output against
+the exact distribution of the target alone, enumerated; pacing against a simulated clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Sequence
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from fakes import FakeClock, FakeModel, FakeVocab, greedy_reference, letters_vocab, ngram_lm
+from ggufspec import clock
+from ggufspec.acceptance import AcceptRule, Variant
+from ggufspec.drafters import Draft, DraftLength, DraftLengthSettings, LookupDrafter, ModelDrafter
+from ggufspec.engine import Generation, Source, SpeculativeSettings, generate
+from ggufspec.errors import UserError
+from ggufspec.pacing import DraftPacer
+from ggufspec.sampling import SamplingSettings, probabilities
+
+V = 40
+VOCAB = letters_vocab(V)
+
+
+@pytest.fixture(autouse=True)
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    c = FakeClock()
+    monkeypatch.setattr(clock, "now", c.now)
+    return c
+
+
+def pair(*, seed: int = 0, noise: float = 0.6, n_ctx: int = 256, vocab: FakeVocab = VOCAB, n_vocab: int = V,
+         fake_clock: FakeClock | None = None, draft_cost: float = 0.002, order: int = 2):
+    """A fake target and a fake draft model that agrees with it more or less (noise)."""
+    t_lm = ngram_lm(n_vocab=n_vocab, seed=seed, order=order)
+    d_lm = ngram_lm(n_vocab=n_vocab, seed=seed, order=order, noise=noise)
+    target = FakeModel(t_lm, vocab, n_ctx=n_ctx, clock=fake_clock)
+    draft = FakeModel(d_lm, vocab, n_ctx=n_ctx, clock=fake_clock, t_1=draft_cost, t_row=draft_cost / 4)
+    return target, draft
+
+
+def spec(draft_max: int = 4, *, fixed: bool = False, always_draft: bool = False, **kw) -> SpeculativeSettings:
+    return SpeculativeSettings(length=DraftLengthSettings(draft_max=draft_max, fixed=fixed, always_draft=always_draft), **kw)
+
+
+def check_caches(gen: Generation, target: FakeModel, draft: FakeModel | None, prompt: Sequence[int]) -> None:
+    history = [*prompt, *gen.tokens]
+    # the target's cache holds the history but its last token (decoded with the next round)
+    assert target.kv == history[: len(target.kv)] and len(target.kv) >= len(history) - 1 - 8
+    if gen.stats.stop_reason in ("length", "eog", "stop", "context"):
+        assert target.kv == history[:-1]
+    if draft is not None:
+        assert draft.kv == history[: len(draft.kv)]  # the draft never keeps a rejected token
+
+
+# ---- greedy: token-identical to the target alone ----------------------------------------------
+
+
+@pytest.mark.parametrize("drafter_kind", ["model", "lookup"])
+def test_greedy_equals_an_independent_reference(drafter_kind: str, fake_clock: FakeClock) -> None:
+    configs = list(itertools.product((1, 2, 3, 8), (True, False), (True, False)))
+    accepted = 0
+    for seed in range(12):
+        target, draft = pair(seed=seed, fake_clock=fake_clock)
+        prompt = [seed % V, (3 * seed + 1) % V, 5]
+        ref = greedy_reference(target.lm, VOCAB, prompt, max_tokens=48, n_ctx=target.n_ctx)
+        for draft_max, fixed, always in configs:
+            drafter = ModelDrafter(draft) if drafter_kind == "model" else LookupDrafter()
+            gen = generate(target=target, prompt=prompt, drafter=drafter, max_tokens=48,
+                           speculative=spec(draft_max, fixed=fixed, always_draft=always)).run()
+            assert gen.tokens == ref, (seed, draft_max, fixed, always)
+            assert gen.text == VOCAB_text(ref)
+            check_caches(gen, target, draft if drafter_kind == "model" else None, prompt)
+            accepted += gen.stats.accepted
+    assert accepted > 100  # drafts really were accepted, the loop did not run the target alone
+
+
+def VOCAB_text(tokens: Sequence[int]) -> str:
+    return b"".join(VOCAB.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+
+def test_target_as_its_own_draft_accepts_everything() -> None:
+    target, _ = pair(seed=3)
+    own = FakeModel(target.lm, VOCAB)
+    gen = generate(target=target, prompt=[1, 2], drafter=ModelDrafter(own), max_tokens=41,
+                   speculative=spec(4, fixed=True)).run()
+    assert gen.stats.accepted == gen.stats.drafted == 32 and gen.stats.rounds == 8
+    # each round: 4 draft tokens then one bonus; the first token is the target's own
+    assert gen.sources[0] is Source.TARGET
+    assert gen.sources[1:] == [Source.DRAFT] * 4 + [Source.BONUS] + ([Source.DRAFT] * 4 + [Source.BONUS]) * 7
+    # every verify scored K + 1 = 5 rows in one batch
+    assert [rows for rows, mode in target.decodes[1:]] == [5] * 8
+
+
+def test_rejected_drafts_are_rolled_back_and_replaced_by_the_target() -> None:
+    target, draft = pair(seed=5, noise=1.5)  # a poor draft: many rejections
+    prompt = [7, 8, 9]
+    gen = generate(target=target, prompt=prompt, drafter=ModelDrafter(draft), max_tokens=60,
+                   speculative=spec(6, fixed=True)).run()
+    assert gen.tokens == greedy_reference(target.lm, VOCAB, prompt, max_tokens=60, n_ctx=256)
+    assert Source.CORRECTION in gen.sources and gen.stats.accepted < gen.stats.drafted
+    check_caches(gen, target, draft, prompt)
+
+
+# ---- where a generation ends -----------------------------------------------------------------
+
+
+def scripted(script: Sequence[int], n_vocab: int):
+    """An lm whose argmax after a prefix of length n is script[n] (then token 0)."""
+
+    def lm(prefix: Sequence[int]) -> np.ndarray:
+        z = np.zeros(n_vocab, dtype=np.float32)
+        n = len(prefix)
+        z[script[n] if n < len(script) else 0] = 5.0
+        return z
+
+    return lm
+
+
+def test_stop_strings_cut_the_text_and_never_leak_a_prefix() -> None:
+    vocab = FakeVocab([b"x", b"ab", b"c", b"S", b"TO", b"P", b"d"])
+    # prompt [0]; output: ab c S TO d ab S TO P c ... -> "abcSTOdabSTOPc"; the stop "STOP" spans 3 tokens
+    script = [0, 1, 2, 3, 4, 6, 1, 3, 4, 5, 2, 2, 2, 2]
+    lm = scripted(script, 7)
+    for draft_max, kind in itertools.product((1, 3, 8), ("model", "lookup", "none")):
+        target = FakeModel(lm, vocab)
+        drafter = {"model": ModelDrafter(FakeModel(lm, vocab)), "lookup": LookupDrafter(), "none": None}[kind]
+        gen = generate(target=target, prompt=[0], drafter=drafter, max_tokens=30, stop=["STOP"],
+                       speculative=spec(draft_max, fixed=True))
+        pieces = [step.text for step in gen]
+        assert gen.text == "".join(pieces) == "abcSTOdab"
+        assert gen.stats.stop_reason == "stop"
+        assert all("STOP" not in "".join(pieces[: i + 1]) for i in range(len(pieces)))
+        assert gen.tokens == script[1:10]  # ends on the token that completed the stop string
+
+
+def test_utf8_split_over_tokens_is_released_whole() -> None:
+    vocab = letters_vocab(V)  # tokens V-2, V-1 are the two bytes of 'é'
+    lm = scripted([0, 0, V - 2, V - 1, 1, V - 2, V - 1], V)
+    gen = generate(target=FakeModel(lm, vocab), prompt=[0], max_tokens=6)
+    texts = [step.text for step in gen]
+    assert gen.text == "aéb" + "é" and "\ufffd" not in gen.text
+    assert texts[1] == "" and texts[2] == "é"  # the first byte is held back
+
+
+def test_end_of_generation_token_stops_identically() -> None:
+    lm = scripted([0, 1, 2, 3, 4, 5, 9, 6, 6], 10)
+    vocab = FakeVocab([bytes([97 + i]) for i in range(10)], eog=[9])
+    for draft_max in (1, 2, 8):
+        gen = generate(target=FakeModel(lm, vocab), prompt=[0], drafter=ModelDrafter(FakeModel(lm, vocab)),
+                       max_tokens=20, speculative=spec(draft_max, fixed=True)).run()
+        assert gen.tokens == [1, 2, 3, 4, 5, 9] and gen.stats.stop_reason == "eog"
+
+
+def test_context_fills_up_identically_and_a_too_long_prompt_is_refused() -> None:
+    for draft_max in (1, 4, 8):
+        target, draft = pair(seed=2, n_ctx=40, noise=0.3)
+        prompt = [1, 2, 3, 4, 5]
+        gen = generate(target=target, prompt=prompt, drafter=ModelDrafter(draft), max_tokens=1000,
+                       speculative=spec(draft_max, fixed=True)).run()
+        assert gen.stats.stop_reason == "context"
+        assert len(prompt) + len(gen.tokens) == 40
+        assert gen.tokens == greedy_reference(target.lm, VOCAB, prompt, max_tokens=1000, n_ctx=40)
+    with pytest.raises(UserError, match="the prompt is 40 tokens but the context holds 40"):
+        generate(target=FakeModel(target.lm, VOCAB, n_ctx=40), prompt=list(range(40)))
+    with pytest.raises(UserError, match="prompt is empty"):
+        generate(target=target, prompt=[])
+
+
+def test_a_cancelled_generation_leaves_the_next_one_exact() -> None:
+    target, draft = pair(seed=4)
+    drafter = ModelDrafter(draft)
+    gen = generate(target=target, prompt=[1, 2, 3], drafter=drafter, max_tokens=50)
+    for _ in range(7):
+        next(gen)
+    gen.close()
+    assert gen.stats.stop_reason == "cancelled"
+    again = generate(target=target, prompt=[3, 2, 1], drafter=drafter, max_tokens=30).run()
+    assert again.tokens == greedy_reference(target.lm, VOCAB, [3, 2, 1], max_tokens=30, n_ctx=256)
+
+
+# ---- the draft-length schedule -----------------------------------------------------------------
+
+
+def test_adaptive_schedule_grows_by_two_and_shrinks_by_one() -> None:
+    length = DraftLength(DraftLengthSettings(draft_max=9, draft_min=2))
+    seen = [length.current]
+    for drafted_all in (True, True, True, False, False, True, False, False, False, False, False):
+        length.update(drafted=length.current, accepted=length.current if drafted_all else 0)
+        seen.append(length.current)
+    assert seen == [4, 6, 8, 9, 8, 7, 9, 8, 7, 6, 5, 4]
+    length = DraftLength(DraftLengthSettings(draft_max=9, draft_min=2))
+    for _ in range(10):
+        length.update(drafted=length.current, accepted=0)
+    assert length.current == 2  # never below max(1, draft_min)
+    fixed = DraftLength(DraftLengthSettings(draft_max=7, fixed=True))
+    fixed.update(drafted=7, accepted=0)
+    assert fixed.current == 7
+
+
+class ScriptedDrafter:
+    """Proposes the target's greedy continuation, wrong at the positions a script says; records
+    the length each round asked for."""
+
+    name = "scripted"
+
+    def __init__(self, lm, wrong_at: Sequence[int | None]) -> None:
+        self.lm, self.wrong_at, self.asked = lm, list(wrong_at), []
+
+    def prefill(self, prompt: Sequence[int]) -> float:
+        return 0.0
+
+    def reset(self) -> None:
+        pass
+
+    def propose(self, history, *, draft_len, draft_p_min=0.0, sampled=False, sampling=None, rng=None) -> Draft:
+        self.asked.append(draft_len)
+        wrong = self.wrong_at[len(self.asked) - 1] if len(self.asked) <= len(self.wrong_at) else None
+        h, out = list(history), []
+        for i in range(draft_len):
+            tok = int(np.argmax(self.lm(h)))
+            if i == wrong:
+                tok = (tok + 1) % V
+            out.append(tok)
+            h.append(tok)
+        return Draft(tuple(out), (None,) * len(out))
+
+
+def test_the_loop_follows_the_adaptive_schedule() -> None:
+    target, _ = pair(seed=8)
+    d = ScriptedDrafter(target.lm, [None, None, None, 0, 2, None, 1])
+    generate(target=target, prompt=[1, 2], drafter=d, max_tokens=200, speculative=spec(10, always_draft=True)).run()
+    assert d.asked[:8] == [4, 6, 8, 10, 9, 8, 10, 9]
+
+
+# ---- pacing on a simulated clock ---------------------------------------------------------------
+
+
+def test_pacing_runs_the_target_alone_when_the_draft_costs_as_much(fake_clock: FakeClock) -> None:
+    target, draft = pair(seed=1, noise=1.2, fake_clock=fake_clock, draft_cost=0.010)  # c = 1, a ~ 0.3
+    target.t_row = 0.008  # compute-bound: a verify costs what its rows do
+    pacer = DraftPacer()
+    gen = generate(target=target, prompt=[1, 2], drafter=ModelDrafter(draft), max_tokens=200, pacer=pacer).run()
+    assert gen.stats.paused_rounds > 0.8 * gen.stats.rounds
+    assert gen.tokens == greedy_reference(target.lm, VOCAB, [1, 2], max_tokens=200, n_ctx=256)
+
+
+def test_pacing_keeps_drafting_when_it_pays(fake_clock: FakeClock) -> None:
+    target, draft = pair(seed=1, noise=0.05, fake_clock=fake_clock, draft_cost=0.001)  # c = 0.1, a high
+    gen = generate(target=target, prompt=[1, 2], drafter=ModelDrafter(draft), max_tokens=200).run()
+    assert gen.stats.paused_rounds <= 2  # the calibration round only
+    assert gen.stats.accepted > 0.7 * gen.stats.drafted
+    assert gen.stats.generated_tokens / gen.stats.gen_s > 1.5 / target.t_1  # faster than the target alone
+
+
+# ---- sampling: the target's distribution, exactly -----------------------------------------------
+
+
+def _target_alone_distribution(lm, prompt: Sequence[int], n: int, sampling: SamplingSettings) -> dict[tuple, float]:
+    out: dict[tuple, float] = {(): 1.0}
+    for _ in range(n):
+        nxt: dict[tuple, float] = {}
+        for seq, pr in out.items():
+            p = probabilities(lm([*prompt, *seq]), sampling)
+            for t in np.flatnonzero(p):
+                nxt[(*seq, int(t))] = pr * float(p[t])
+        out = nxt
+    return out
+
+
+@pytest.mark.parametrize(
+    "rule, variant",
+    [(AcceptRule.REJECTION, Variant.LEVIATHAN), (AcceptRule.REJECTION, Variant.CHEN), (AcceptRule.MATCH, Variant.LEVIATHAN)],
+    ids=["leviathan", "chen", "match"],
+)
+def test_sampled_sequences_follow_the_target_alone(rule: AcceptRule, variant: Variant) -> None:
+    n_vocab, n_tokens, runs = 5, 3, 4000
+    vocab = FakeVocab([bytes([97 + i]) for i in range(n_vocab)])
+    t_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0)
+    d_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0, noise=1.0)
+    sampling_kw = {"temperature": 0.8, "top_p": 0.95}
+    exact = _target_alone_distribution(t_lm, [1, 2], n_tokens, SamplingSettings(**sampling_kw))
+    counts: Counter = Counter()
+    target, draft = FakeModel(t_lm, vocab), FakeModel(d_lm, vocab)
+    drafter = ModelDrafter(draft)
+    for seed in range(runs):
+        gen = generate(target=target, prompt=[1, 2], drafter=drafter, max_tokens=n_tokens,
+                       sampling=SamplingSettings(seed=seed, **sampling_kw),
+                       speculative=spec(2, fixed=True, accept=rule, variant=variant)).run()
+        counts[tuple(gen.tokens)] += 1
+    keys = sorted(exact, key=lambda k: -exact[k])
+    expected = np.array([exact[k] * runs for k in keys])
+    observed = np.array([counts[k] for k in keys], dtype=float)
+    big = expected >= 5  # pool the rare sequences into one cell
+    f_obs = np.append(observed[big], observed[~big].sum())
+    f_exp = np.append(expected[big], expected[~big].sum())
+    assert sum(counts.values()) == runs and set(counts) <= set(exact)
+    assert sps.chisquare(f_obs, f_exp).pvalue > 1e-3
+
+
+def test_seeded_sampled_runs_are_reproducible() -> None:
+    target, draft = pair(seed=6)
+    drafter = ModelDrafter(draft)
+    runs = [generate(target=target, prompt=[1, 2], drafter=drafter, max_tokens=40,
+                     sampling=SamplingSettings(temperature=0.8, seed=123)).run().tokens for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_sampled_draft_rows_are_shaped_like_the_target_rows() -> None:
+    d_lm = ngram_lm(n_vocab=V, seed=2, peak=1.5)
+    ctx = FakeModel(d_lm, VOCAB)
+    sampling = SamplingSettings(temperature=0.5, top_p=0.8, top_k=20, min_p=0.01)
+    history = [3, 4, 5]
+    d = ModelDrafter(ctx).propose(history, draft_len=4, sampled=True, sampling=sampling, rng=np.random.default_rng(0))
+    assert len(d.tokens) == len(d.q_rows) == 4
+    h = list(history)
+    for tok, q in zip(d.tokens, d.q_rows):
+        expected = probabilities(d_lm(h), sampling)
+        np.testing.assert_array_equal(q, expected)  # the same shaping, temperature included
+        assert not np.allclose(q, probabilities(d_lm(h), SamplingSettings(temperature=1.0)))
+        assert q[tok] > 0
+        h.append(tok)
+    greedy = ModelDrafter(FakeModel(d_lm, VOCAB)).propose(history, draft_len=3, sampled=False, sampling=sampling)
+    assert greedy.q_rows == (None, None, None)  # argmax drafts: q one-hot
