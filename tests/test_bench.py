@@ -216,3 +216,87 @@ def test_bench_cli_writes_json_csv_markdown_plots(
     for name in ("tps_vs_k", "accept_by_position", "time_split", "speedup_expected"):
         png = out / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+
+
+# ---- the summary on hand-built runs (no model) ----------------------------------------------------
+
+
+def _hand_plan():
+    prompts = [
+        bench.prompts.BenchPrompt(id="p1", category="chat", messages=({"role": "user", "content": "a"},)),
+        bench.prompts.BenchPrompt(id="p2", category="code", messages=({"role": "user", "content": "b"},)),
+    ]
+    return bench.make_plan(
+        prompts=prompts, target="t.gguf", drafts=[bench.DraftSpec(label="d", ref="d.gguf"), bench.DraftSpec(label="lookup", ref="lookup")],
+        k_values=(2,), default_k=4, temperature=0.0, repeats=3, native=False, llama_cpp_peer=False, sweep_all_drafts=False,
+    )
+
+
+def _rec(cfg, prompt: str, repeat: int, tps: float, **kw):
+    from ggufspec.bench.results import RunRecord
+
+    return RunRecord(
+        config=cfg.name, engine=cfg.engine, draft=cfg.draft, k=cfg.k, adaptive=cfg.adaptive, accept=cfg.accept,
+        temperature=cfg.temperature, prompt_id=prompt, category={"p1": "chat", "p2": "code"}[prompt], repeat=repeat,
+        order=0, prompt_tokens=10, generated_tokens=kw.pop("generated_tokens", 11), gen_tps=tps, **kw,
+    )
+
+
+def test_summary_medians_per_prompt_then_over_prompts() -> None:
+    from ggufspec.bench.summary import summarise
+
+    plan = _hand_plan()
+    cfg = {c.name: c for c in plan.configs}
+    alone, default, lookup = cfg["target alone"], cfg[plan.default_config], cfg["lookup adaptive K<=4"]
+    # K = 3 on average (15 drafted in 5 drafting rounds), 8 kept, 2 rounds rejected
+    spec = dict(drafted=15, accepted=8, rejections=2, rounds=7, drafted_at=[5, 5, 5], accepted_at=[4, 3, 1], draft_s=0.01)
+    runs = [
+        # target alone: p1 12 tok/s (the 100 is an outlier the median drops), p2 20 tok/s
+        *[_rec(alone, "p1", r, t, gen_s=1.0, identical=True) for r, t in enumerate((10.0, 12.0, 100.0))],
+        *[_rec(alone, "p2", r, 20.0, gen_s=1.0, identical=True) for r in range(3)],
+        # the default: p1 24 -> 2.0x, p2 30 -> 1.5x; one failed run that must not count
+        *[_rec(default, "p1", r, t, identical=r != 2, **spec) for r, t in enumerate((18.0, 24.0, 30.0))],
+        *[_rec(default, "p2", r, t, identical=True, **spec) for r, t in enumerate((30.0, 25.0, 35.0))],
+        _rec(default, "p2", 3, 1000.0, generated_tokens=0, error="RuntimeError: boom"),
+        # lookup drafts in 2 rounds of 4
+        *[_rec(lookup, p, r, 12.0 if p == "p1" else 20.0, drafted=6, accepted=3, rejections=2, rounds=4,
+               drafted_at=[2, 2, 2], accepted_at=[2, 1, 0]) for p in ("p1", "p2") for r in range(3)],
+    ]
+    micro = {"c": {"d": 0.25, "lookup": 0.0}, "verify_cost": {"1": 1.1, "2": 1.2, "4": 1.4}}
+    s = summarise(plan, runs, micro=micro)
+    by = {c["name"]: c for c in s["configs"]}
+
+    assert by["target alone"]["tps"] == 16.0 and by["target alone"]["speedup"] == 1.0
+    d = by[plan.default_config]
+    assert d["runs"] == 6 and d["errors"] == 1 and d["first_error"] == "RuntimeError: boom"
+    assert d["tps"] == 27.0  # median of the per-prompt medians 24 and 30
+    assert (s["speedup"], s["speedup_min"], d["speedup_max"], d["worst_prompt"]) == (1.75, 1.5, 2.0, "p2")
+    assert s["speedup_chat"] == 2.0
+    assert s["by_category"][plan.default_config] == {"chat": 2.0, "code": 1.5}
+    assert s["accept_rate"] == pytest.approx(48 / 90)
+    assert s["alpha"] == pytest.approx(48 / 60) == bench.estimate_alpha(accepted=48, rejections=12)
+    assert d["k_eff"] == 3.0 and d["draft_rounds_share"] == pytest.approx(5 / 7)
+    assert d["accept_rate_by_position"] == pytest.approx([0.8, 0.6, 0.2])
+    assert d["verify_cost"] == pytest.approx(1.3)  # halfway between K=2 and K=4
+    assert s["expected_speedup"] == pytest.approx(bench.expected_speedup(a=0.8, k=3, c=0.25))
+    assert d["expected_speedup_measured_verify"] == pytest.approx(bench.expected_speedup_measured_verify(a=0.8, k=3, c=0.25, v=1.3))
+    # c as it happened: 0.01 s per run over 15 drafted, against the target alone's 1 s per 10 tokens
+    assert d["c_runs"] == pytest.approx((0.06 / 90) / 0.1)
+    # token-identical share per configuration, then the median over those that recorded it
+    assert d["identical"] == pytest.approx(5 / 6) and s["identical_greedy"] == pytest.approx((1.0 + 5 / 6) / 2)
+    # lookup proposes in half the rounds: the other half are plain target steps
+    lk = by["lookup adaptive K<=4"]
+    assert lk["speedup"] == 1.0 and lk["draft_rounds_share"] == 0.5
+    assert lk["expected_speedup"] == pytest.approx(bench.expected_speedup_partial(a=0.6, k=3, c=0.0, share=0.5))
+    assert lk["expected_speedup"] == pytest.approx(0.5 * (1 + 0.6 + 0.36 + 0.216) + 0.5)
+    assert by["d K=2"]["runs"] == 0 and "tps" not in by["d K=2"]
+    assert s["vs_native"] is None and s["llama_bench_tps"] is None
+
+
+def test_import_does_not_load_llama_cpp() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, ggufspec.bench, ggufspec.commands.bench; print('llama_cpp' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

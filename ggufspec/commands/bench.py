@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     quants = args.draft_quants
     if quants is None and not args.quick and not args.draft:
         quants = FULL_DRAFT_QUANTS
-    drafts = [bench.DraftSpec(label=bench._label(ref), ref=ref) for ref in draft_refs]
+    drafts = [bench.DraftSpec(label=bench.draft_label(ref), ref=ref) for ref in draft_refs]
     seen = {d.label for d in drafts}
     if quants:
         for d in bench.derive_quant_drafts(target, quants.split(",")):
@@ -169,10 +169,9 @@ def run(args: argparse.Namespace) -> int:
 def _print_table(console, result) -> None:
     from rich.table import Table
 
-    s = result.summary
+    from ggufspec.bench.writers import fmt_figure as f
 
-    def f(x, fmt="{:.2f}"):
-        return "–" if x is None else fmt.format(x)
+    s = result.summary
 
     t = Table(title=f"ggufspec bench · {result.plan.target_label} target · {len(result.plan.prompts)} prompts "
                     f"× {result.plan.repeats}", title_justify="left")

@@ -1,0 +1,230 @@
+"""What a bench runs: the drafts, the configurations measured on every prompt, and the plan (pure
+at import: llama_cpp only when --draft-quants quantizes a file)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ggufspec.bench.prompts import BenchPrompt
+from ggufspec.errors import UserError
+
+BASELINE = "none"  # draft label of the target alone
+LOOKUP = "lookup"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DraftSpec:
+    """A drafter to bench: a GGUF path, or prompt lookup."""
+
+    label: str  # short name in tables and plots: "Q4_1", "lookup", a file stem
+    ref: str  # a model reference, or "lookup"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """One thing measured on every prompt.
+
+    engine: "ggufspec" (ours), "native" (llama-speculative-simple), "llama-cpp-python",
+    "transformers". draft == "none" is the target alone.
+    """
+
+    name: str
+    engine: str = "ggufspec"
+    draft: str = BASELINE
+    k: int = 0  # draft_max (fixed: every round; adaptive: the cap)
+    adaptive: bool = False
+    pace: bool = True  # adaptive only: pause drafting while it does not pay (ggufspec.pacing)
+    accept: str = "greedy"  # greedy | rejection | match
+    temperature: float = 0.0
+    group: str = "baseline"  # baseline | k-sweep | default | drafts | sampling | peer
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.draft == BASELINE
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchPlan:
+    """Everything a bench run needs; `configs` lists what runs on each prompt."""
+
+    target: str
+    target_label: str
+    drafts: tuple[DraftSpec, ...]
+    prompts: tuple[BenchPrompt, ...]
+    configs: tuple[Config, ...]
+    default_config: str  # name of the configuration `summary.speedup` is about
+    repeats: int = 3
+    max_tokens: int = 128
+    temperature: float = 0.8  # of the sampling sweep (0: no sampling sweep)
+    n_ctx: int = 2048
+    n_threads: int | None = None
+    seed: int = 1234
+    quick: bool = False
+    native_bin: Path | None = None
+    native_requested: bool = False
+    llama_bench: bool = True
+    microbench: bool = True
+    slow_peer_prompts: int = 3  # transformers (~10x slower) runs on this many prompts, first repeat only
+
+
+def make_plan(
+    *,
+    prompts: Sequence[BenchPrompt],
+    target: str | None = None,
+    drafts: Sequence[DraftSpec] | None = None,
+    k_values: Sequence[int] = (1, 2, 4, 8),
+    default_k: int = 8,
+    temperature: float = 0.8,
+    repeats: int = 3,
+    max_tokens: int = 128,
+    n_ctx: int = 2048,
+    n_threads: int | None = None,
+    sweep_all_drafts: bool = True,
+    fixed_vs_adaptive: bool = True,
+    native: bool | Path | None = None,
+    llama_cpp_peer: bool = True,
+    transformers_peer: bool = False,
+    native_k: Sequence[int] | None = None,
+    llama_bench: bool = True,
+    microbench: bool = True,
+    quick: bool = False,
+    seed: int = 1234,
+) -> BenchPlan:
+    """Build the configurations to run.
+
+    Args:
+        prompts: the prompts (see `load_prompts`).
+        target: target reference; None = the embedded default target.
+        drafts: drafters; the first is the default. None = the embedded default draft and lookup.
+        k_values: the K sweep (fixed draft length) run with the default draft, and with every
+            draft when `sweep_all_drafts`.
+        default_k: draft_max of the default (adaptive) configuration.
+        temperature: the sampling sweep's temperature (rejection vs match); 0 skips it.
+        native: the directory of llama.cpp's native binaries, True to look in the cache,
+            False/None to skip the native peers.
+        native_k: K values for llama-speculative-simple (default: k_values).
+
+    Raises:
+        UserError: bad K values, repeats, token counts.
+    """
+    from ggufspec.bench.peers import find_native  # peers imports this module
+    from ggufspec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
+
+    if repeats < 1:
+        raise UserError(f"--repeats must be >= 1, got {repeats}")
+    if max_tokens < 2:
+        raise UserError(f"max tokens must be >= 2, got {max_tokens}")
+    if not k_values or any(k < 1 for k in k_values):
+        raise UserError(f"--sweep-k takes positive integers, got {list(k_values)}")
+    if default_k < 1:
+        raise UserError(f"the default draft length must be >= 1, got {default_k}")
+    if temperature < 0 or not math.isfinite(temperature):
+        raise UserError(f"--temp must be >= 0, got {temperature}")
+    if not prompts:
+        raise UserError("no prompts to run")
+    target = target or DEFAULT_TARGET
+    if drafts is None:
+        drafts = (DraftSpec(label=draft_label(DEFAULT_DRAFT), ref=DEFAULT_DRAFT), DraftSpec(label=LOOKUP, ref=LOOKUP))
+    if not drafts:
+        raise UserError("give at least one draft (a model or 'lookup')")
+    labels = [d.label for d in drafts]
+    if len(set(labels)) != len(labels):
+        raise UserError(f"two drafts share a label: {labels}; name them apart")
+    k_values = tuple(sorted(set(int(k) for k in k_values)))
+    default = drafts[0]
+
+    configs: list[Config] = [Config(name="target alone", group="baseline")]
+    default_name = f"{default.label} adaptive K<={default_k}"
+    configs.append(Config(name=default_name, draft=default.label, k=default_k, adaptive=True, group="default"))
+    if default.ref != LOOKUP:
+        configs.append(Config(
+            name=f"{default.label} adaptive K<={default_k} always-draft", draft=default.label, k=default_k,
+            adaptive=True, pace=False, group="drafts",
+        ))
+    for d in drafts:
+        if d is not default and fixed_vs_adaptive:
+            configs.append(Config(name=f"{d.label} adaptive K<={default_k}", draft=d.label, k=default_k, adaptive=True, group="drafts"))
+        if d is default or sweep_all_drafts:
+            for k in k_values:
+                configs.append(Config(name=f"{d.label} K={k}", draft=d.label, k=k, group="k-sweep"))
+    if temperature > 0:
+        configs.append(Config(name=f"target alone T={temperature:g}", temperature=temperature, group="baseline"))
+        for rule in ("rejection", "match"):
+            configs.append(Config(
+                name=f"{default.label} {rule} T={temperature:g}", draft=default.label, k=default_k,
+                adaptive=True, accept=rule, temperature=temperature, group="sampling",
+            ))
+
+    native_bin = None
+    if native:
+        native_bin = native if isinstance(native, Path) else find_native()
+        if native_bin is not None and default.ref != LOOKUP:
+            for k in native_k or k_values:
+                configs.append(Config(name=f"native {default.label} K={k}", engine="native", draft=default.label, k=k, group="peer"))
+    if llama_cpp_peer:
+        configs.append(Config(name="llama-cpp-python alone", engine="llama-cpp-python", group="peer"))
+        configs.append(Config(name="llama-cpp-python lookup", engine="llama-cpp-python", draft=LOOKUP, k=10, group="peer"))
+    if transformers_peer and default.ref != LOOKUP:
+        configs.append(Config(name="transformers alone", engine="transformers", group="peer"))
+        configs.append(Config(name=f"transformers assisted {default.label}", engine="transformers", draft=default.label, k=default_k, adaptive=True, group="peer"))
+
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise UserError("two configurations share a name; use distinct draft labels")
+    return BenchPlan(
+        target=target, target_label=draft_label(target), drafts=tuple(drafts), prompts=tuple(prompts),
+        configs=tuple(configs), default_config=default_name, repeats=repeats, max_tokens=max_tokens,
+        temperature=temperature, n_ctx=n_ctx, n_threads=n_threads, seed=seed, quick=quick,
+        native_bin=native_bin, native_requested=bool(native), llama_bench=llama_bench and native_bin is not None,
+        microbench=microbench,
+    )
+
+
+def draft_label(ref: str) -> str:
+    """A model reference's short name in tables and plots:
+    embedded:smollm2:Q4_1 -> Q4_1; ./a/b.gguf -> b; org/repo -> repo; lookup -> lookup."""
+    if ref == LOOKUP:
+        return LOOKUP
+    if ref.startswith("embedded:"):
+        from ggufspec.embedded import resolve_quant
+
+        return resolve_quant(ref.rsplit(":", 1)[-1])
+    if ref.endswith(".gguf"):
+        return Path(ref).stem
+    return ref.rsplit("/", 1)[-1]
+
+
+def derive_quant_drafts(target: str, quants: Sequence[str]) -> list[DraftSpec]:
+    """Drafts made on the fly from the target: the same model re-encoded by llama.cpp's quantizer.
+
+    An embedded target derives embedded:NAME:QUANT; a GGUF file is quantized into the cache
+    (the first time only).
+
+    Raises:
+        UserError: an unknown quant, or a target that is not a local file or embedded model.
+    """
+    from ggufspec import backend
+    from ggufspec.embedded import cache_dir, parse_embedded
+
+    out = []
+    for q in quants:
+        q = q.strip().upper()
+        if not q:
+            continue
+        if q not in backend.FTYPES:
+            raise UserError(f"unknown quantization {q!r}; choose one of: {', '.join(sorted(backend.FTYPES))}")
+        if target.startswith("embedded:"):
+            name, _ = parse_embedded(target)
+            out.append(DraftSpec(label=q, ref=f"embedded:{name}:{q}"))
+            continue
+        src = Path(target).expanduser()
+        if not src.is_file():
+            raise UserError(f"--draft-quants needs a local or embedded target, got {target!r}")
+        dst = cache_dir() / "derived" / f"{src.stem}.{q}.gguf"
+        if not dst.is_file():
+            backend.quantize(src=src, dst=dst, ftype=q)
+        out.append(DraftSpec(label=q, ref=str(dst)))
+    return out

@@ -1,0 +1,72 @@
+"""The machine a bench ran on: CPU, cores, RAM, GPUs, versions, and the load around the run
+(load average and CPU pressure: a busy shared machine slows every figure)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+
+def machine_info(*, n_threads: int | None = None) -> dict:
+    """CPU model, cores, RAM, GPUs, OS and the versions that matter."""
+    from ggufspec.bench.peers import find_native
+    from ggufspec.devices import system_info
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    system = system_info()
+    versions = {"python": platform.python_version()}
+    for mod in ("ggufspec", "llama_cpp", "numpy", "matplotlib", "torch", "transformers"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except Exception:
+            pass
+    native = find_native()
+    if native is not None and (native / "VERSION").is_file():
+        versions["native_llama_cpp_from"] = "llama-cpp-python " + (native / "VERSION").read_text().strip()
+    return {
+        "cpu": cpu,
+        "physical_cores": system.physical_cores,
+        "logical_cores": system.logical_cores,
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "ram_bytes": system.ram_total_bytes,
+        "gpus": [{"name": g.name, "total_bytes": g.total_bytes} for g in system.gpus],
+        "os": platform.platform(),
+        "threads": n_threads,
+        "batch_invariant_kernels": _batch_invariant_kernels(),
+        "load_end": load_now(),
+        "versions": versions,
+    }
+
+
+def _batch_invariant_kernels() -> bool | None:
+    try:
+        from ggufspec.backend import batch_invariant_kernels
+
+        return batch_invariant_kernels()
+    except Exception:
+        return None
+
+
+def load_now() -> dict:
+    """Load average and CPU pressure (PSI, /proc/pressure/cpu), what this system reports of them."""
+    out: dict[str, Any] = {}
+    try:
+        out["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()
+        out["cpu_pressure_avg10"] = float(some[1].split("=")[1])
+        out["cpu_pressure_avg60"] = float(some[2].split("=")[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return out

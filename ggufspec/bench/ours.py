@@ -1,0 +1,150 @@
+"""Our engine under bench: the target and every draft loaded once, one generation per call,
+and the micro measurements of the cost model (c, and the verify cost of K+1 rows).
+llama_cpp is imported when an `Ours` is built, not with this module."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ggufspec.bench.configs import LOOKUP, BenchPlan, Config
+from ggufspec.bench.prompts import BenchPrompt
+from ggufspec.errors import UserError
+
+
+class Ours:
+    """Our engine on one loaded target and every draft (contexts loaded once)."""
+
+    def __init__(self, plan: BenchPlan) -> None:
+        from ggufspec.backend import Context, Model, ModelSettings
+        from ggufspec.drafters import LookupDrafter, ModelDrafter
+        from ggufspec.runtime import PairSettings, check_vocab, load_pair, resolve_path
+
+        self.plan = plan
+        settings = PairSettings(n_ctx=plan.n_ctx, n_threads=plan.n_threads, n_gpu_layers=0, n_gpu_layers_draft=0)
+        self.pair = load_pair(target=plan.target, draft=None, settings=settings)
+        self.drafters: dict[str, Any] = {}
+        self.paths: dict[str, Path] = {}
+        self._owned: list[Any] = []
+        # drafts keep an f16 KV cache (the target's "auto" q8_0 is for exactness, see runtime)
+        ctx_settings = replace(self.pair.target_ctx.settings, cache_type_k="f16", cache_type_v="f16")
+        for d in plan.drafts:
+            if d.ref == LOOKUP:
+                self.drafters[d.label] = LookupDrafter(ngram_max=settings.lookup_ngram_max, ngram_min=settings.lookup_ngram_min)
+                continue
+            path = resolve_path(d.ref)
+            check_vocab(self.pair.target_path, path)
+            model = Model(path, settings=ModelSettings(n_gpu_layers=0))
+            ctx = Context(model, settings=ctx_settings)
+            ctx.warmup()
+            self._owned += [ctx, model]
+            self.paths[d.label] = path
+            self.drafters[d.label] = ModelDrafter(ctx)
+        self.tokens: dict[str, list[int]] = {}
+        self.texts: dict[str, str] = {}
+        for p in plan.prompts:
+            toks = self.pair.encode(messages=p.messages)
+            if len(toks) + plan.max_tokens + 16 > plan.n_ctx:
+                raise UserError(
+                    f"prompt {p.id!r} is {len(toks)} tokens: with {plan.max_tokens} new ones it does not fit "
+                    f"a context of {plan.n_ctx}; shorten it"
+                )
+            self.tokens[p.id] = toks
+            self.texts[p.id] = self.prompt_text(p)
+
+    def prompt_text(self, p: BenchPrompt) -> str:
+        """The prompt as text, rendered with the target's chat template (for the native peer)."""
+        from ggufspec.chat import render_chat
+
+        m = self.pair.target_model
+        return render_chat(
+            template=m.chat_template(), messages=p.messages,
+            bos_token=m.special_text(m.bos), eos_token=m.special_text(m.eos),
+        )
+
+    def run(self, cfg: Config, prompt: BenchPrompt, seed: int):
+        """One generation; (the finished generation, the number of rounds that rejected)."""
+        from ggufspec.acceptance import AcceptRule
+        from ggufspec.drafters import DraftLengthSettings
+        from ggufspec.engine import Source, SpeculativeSettings
+        from ggufspec.sampling import SamplingSettings
+
+        sampling = SamplingSettings(temperature=cfg.temperature, seed=seed)
+        if cfg.is_baseline:
+            spec = SpeculativeSettings()
+            self.pair.drafter = None
+        else:
+            spec = SpeculativeSettings(
+                accept=None if cfg.accept == "greedy" else AcceptRule.parse(cfg.accept),
+                length=DraftLengthSettings(draft_max=cfg.k, adaptive=cfg.adaptive, pace=cfg.pace),
+            )
+            self.pair.drafter = self.drafters[cfg.draft]
+        gen = self.pair.generate(
+            prompt_tokens=self.tokens[prompt.id], max_tokens=self.plan.max_tokens, sampling=sampling,
+            speculative=spec, use_draft=not cfg.is_baseline,
+        ).run()
+        # a round that rejected ends with the target's correction token
+        rejections = sum(1 for s in gen.sources if s is Source.CORRECTION)
+        return gen, rejections
+
+    def micro(self) -> dict:
+        """c per draft model and the verify cost of K+1 rows, timed turn about on the first prompt."""
+        plan = self.plan
+        prompt = self.tokens[plan.prompts[0].id]
+        ks = sorted({c.k for c in plan.configs if c.engine == "ggufspec" and c.k > 0} | {1})
+        sizes = sorted({1} | {k + 1 for k in ks})
+        models = {label: d for label, d in self.drafters.items() if label != LOOKUP}
+        contexts: dict[str, Any] = {"__target__": self.pair.target_ctx}
+        contexts.update({label: d.ctx for label, d in models.items()})
+        times = step_times(contexts, prompt, batch_sizes={"__target__": sizes})
+        for d in models.values():
+            d.reset()
+        target = times["__target__"]
+        out: dict[str, Any] = {
+            "target_step_s": target[1],
+            "verify_s": {str(n - 1): target[n] for n in sizes},  # key K: decode of K+1 rows
+            "verify_cost": {str(n - 1): target[n] / target[1] for n in sizes},
+            "draft_step_s": {},
+            "c": {},
+        }
+        for label in self.drafters:
+            d = 0.0 if label == LOOKUP else times[label][1]
+            out["draft_step_s"][label] = d
+            out["c"][label] = d / target[1]
+        return out
+
+    def close(self) -> None:
+        for obj in self._owned:
+            obj.close()
+        self.pair.close()
+
+
+def step_times(
+    contexts: Mapping[str, Any], prompt: Sequence[int], *, batch_sizes: Mapping[str, Sequence[int]] | None = None,
+    reps: int = 24,
+) -> dict[str, dict[int, float]]:
+    """Median seconds of one decode of n tokens (logits for all n rows) after `prompt`, per
+    context and n. The contexts take turns sample by sample, so a load change on a shared machine
+    hits every figure alike. n = 1 is one plain decode step; n = K+1 is the price of verifying K drafts.
+    """
+    sizes = {name: list((batch_sizes or {}).get(name, (1,))) for name in contexts}
+    samples: dict[str, dict[int, list[float]]] = {name: {n: [] for n in sizes[name]} for name in contexts}
+    base: dict[str, int] = {}
+    for name, ctx in contexts.items():
+        ctx.clear()
+        ctx.decode(list(prompt), logits="last")
+        base[name] = ctx.n_past
+    tok = prompt[-1]
+    for _ in range(reps):
+        for name, ctx in contexts.items():
+            for n in sizes[name]:
+                t = time.perf_counter()
+                ctx.decode([tok] * n, logits="all")
+                samples[name][n].append(time.perf_counter() - t)
+                ctx.truncate(base[name])
+    for ctx in contexts.values():
+        ctx.clear()
+    return {name: {n: statistics.median(v) for n, v in per.items()} for name, per in samples.items()}

@@ -1,0 +1,232 @@
+"""From runs to figures (pure): medians, speedups, accept rates, the expected speedup, the summary dict.
+
+Figures are medians: per prompt over repeats, then over prompts. A configuration's speedup on a
+prompt is its median gen tok/s over the target alone's (ours, same temperature) on that prompt.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict
+from typing import Any, Iterable, Mapping, Sequence
+
+from ggufspec.bench.configs import BASELINE, LOOKUP, BenchPlan, Config
+from ggufspec.bench.expected import estimate_alpha, expected_speedup, expected_speedup_partial
+from ggufspec.bench.results import RunRecord
+
+BaseTps = Mapping[tuple[str, float], float | None]  # (prompt id, temperature) -> target alone's median tok/s
+
+
+def median(xs: Iterable[float | None]) -> float | None:
+    """The median of the values that are not None or NaN; None when none is left."""
+    vals = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return statistics.median(vals) if vals else None
+
+
+def summarise(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Mapping | None = None, peers: Mapping | None = None) -> dict:
+    """Per-configuration figures and the headline numbers.
+
+    Returns a dict with `speedup` (the default configuration's), `vs_native` (our best K / native's
+    best K, same draft; None without the native peer), `vs_llama_bench` (our target alone / llama-bench),
+    `configs` (one entry per configuration) and `by_category`.
+    """
+    micro = micro or {}
+    peers = peers or {}
+    ok = [r for r in runs if r.error is None and r.generated_tokens > 1]
+    base_tps = _baseline_tps(ok)
+    base_step = _pooled_step(ok, temperature=0.0)
+    configs = [_config_entry(cfg, runs, ok, base_tps=base_tps, base_step=base_step, micro=micro) for cfg in plan.configs]
+
+    by_name = {c["name"]: c for c in configs}
+    default = by_name.get(plan.default_config, {})
+    default_draft = plan.drafts[0].label
+    ours_greedy = [c for c in configs if c["engine"] == "ggufspec" and c["draft"] == default_draft
+                   and c["temperature"] == 0 and c.get("tps")]
+    native = [c for c in configs if c["engine"] == "native" and c.get("tps")]
+    best_ours = max(ours_greedy, key=lambda c: c["tps"], default=None)
+    # the same comparison among configurations that really drafted (the pacer may pick the target alone)
+    drafting = [c for c in ours_greedy if (c.get("draft_rounds_share") or 0) >= 0.5]
+    best_drafting = max(drafting, key=lambda c: c["tps"], default=None)
+    best_native = max(native, key=lambda c: c["tps"], default=None)
+    base_cfg = by_name.get("target alone", {})
+    lb_tps = median(row["gen_tps"] for row in peers.get("llama_bench", []))
+    lookup_ours = next((c for c in configs if c["engine"] == "ggufspec" and c["draft"] == LOOKUP and c["adaptive"]), None)
+    lcp_lookup = by_name.get("llama-cpp-python lookup", {})
+    sampling = [c for c in configs if c["group"] == "sampling"]
+    best_any = max((c for c in configs if c["engine"] == "ggufspec" and not c["draft"] == BASELINE
+                    and c["temperature"] == 0 and c.get("speedup")), key=lambda c: c["speedup"], default=None)
+    chat_ids = {p.id for p in plan.prompts if p.category == "chat"}
+
+    summary: dict[str, Any] = {
+        "default_config": plan.default_config,
+        "speedup": default.get("speedup"),
+        "speedup_min": default.get("speedup_min"),
+        "speedup_chat": _median_of(_prompt_ratios(ok, plan.default_config, 0.0, base_tps), chat_ids),
+        "accept_rate": default.get("accept_rate"),
+        "alpha": default.get("alpha"),
+        "expected_speedup": default.get("expected_speedup"),
+        "target_alone_tps": base_cfg.get("tps"),
+        "default_tps": default.get("tps"),
+        "best_ours": _pick(best_ours, "name", "tps", "speedup"),
+        "best_native": _pick(best_native, "name", "tps", "accept_rate"),
+        "vs_native": (best_ours["tps"] / best_native["tps"]) if best_ours and best_native else None,
+        "best_ours_drafting": _pick(best_drafting, "name", "tps", "speedup"),
+        "vs_native_drafting": (best_drafting["tps"] / best_native["tps"]) if best_drafting and best_native else None,
+        "default_draft_rounds_share": default.get("draft_rounds_share"),
+        "llama_bench_tps": lb_tps,
+        "vs_llama_bench": (base_cfg["tps"] / lb_tps) if lb_tps and base_cfg.get("tps") else None,
+        "vs_llama_cpp_python_lookup": (lookup_ours["tps"] / lcp_lookup["tps"])
+        if lookup_ours and lookup_ours.get("tps") and lcp_lookup.get("tps") else None,
+        "best_speedup": _pick(best_any, "name", "speedup", "accept_rate"),
+        "sampling": {c["accept"]: _pick(c, "speedup", "accept_rate", "alpha") for c in sampling},
+        "transformers_assisted_speedup": _peer_ratio(ok, "transformers"),
+        "identical_greedy": median(c["identical"] for c in configs if c.get("identical") is not None),
+    }
+    return {**summary, "configs": configs, "by_category": _by_category(plan, ok, base_tps)}
+
+
+def _baseline_tps(ok: Sequence[RunRecord]) -> dict[tuple[str, float], float | None]:
+    """Per (prompt, temperature), our target alone's median gen tok/s over repeats."""
+    per: dict[tuple[str, float], list[float]] = {}
+    for r in ok:
+        if r.engine == "ggufspec" and r.draft == BASELINE:
+            per.setdefault((r.prompt_id, r.temperature), []).append(r.gen_tps)
+    return {key: median(v) for key, v in per.items()}
+
+
+def _prompt_ratios(ok: Sequence[RunRecord], name: str, temperature: float, base_tps: BaseTps) -> dict[str, float]:
+    """Per prompt: configuration `name`'s median gen tok/s over the target alone's, at `temperature`."""
+    per: dict[str, list[float]] = {}
+    for r in ok:
+        if r.config == name:
+            per.setdefault(r.prompt_id, []).append(r.gen_tps)
+    return {pid: median(v) / base_tps[(pid, temperature)] for pid, v in per.items() if base_tps.get((pid, temperature))}
+
+
+def _median_of(ratios: Mapping[str, float], ids: set[str]) -> float | None:
+    return median(v for pid, v in ratios.items() if pid in ids)
+
+
+def _config_entry(
+    cfg: Config, runs: Sequence[RunRecord], ok: Sequence[RunRecord], *, base_tps: BaseTps,
+    base_step: float | None, micro: Mapping,
+) -> dict[str, Any]:
+    """One configuration's figures (the rows of bench.md's table)."""
+    rs = [r for r in ok if r.config == cfg.name]
+    errors = [r.error for r in runs if r.config == cfg.name and r.error]
+    entry: dict[str, Any] = {**asdict(cfg), "runs": len(rs), "errors": len(errors)}
+    if errors:
+        entry["first_error"] = errors[0]
+    if not rs:
+        return entry
+    per_prompt: dict[str, list[RunRecord]] = {}
+    for r in rs:
+        per_prompt.setdefault(r.prompt_id, []).append(r)
+    ratios = _prompt_ratios(rs, cfg.name, cfg.temperature, base_tps)
+    drafted = sum(r.drafted for r in rs)
+    accepted = sum(r.accepted for r in rs)
+    rejections = sum(r.rejections for r in rs)
+    gen_tokens = sum(max(0, r.generated_tokens - 1) for r in rs)
+    rounds = sum(r.rounds for r in rs)
+    draft_rounds = sum(r.drafted_at[0] for r in rs if r.drafted_at)
+    entry.update(
+        tps=median(median(r.gen_tps for r in v) for v in per_prompt.values()),
+        speedup=median(ratios.values()) if not cfg.is_baseline or cfg.engine != "ggufspec" else 1.0,
+        speedup_min=min(ratios.values()) if ratios else None,
+        speedup_max=max(ratios.values()) if ratios else None,
+        worst_prompt=min(ratios, key=ratios.get) if ratios else None,
+        prompt_tps=median(r.prompt_tps for r in rs),
+        generated_tokens=median(r.generated_tokens for r in rs),
+    )
+    if cfg.engine == "ggufspec":
+        identical = [r.identical for r in rs if r.identical is not None]
+        entry.update(
+            identical=(sum(identical) / len(identical)) if identical and cfg.temperature == 0 else None,
+            ms_per_token={
+                "draft": 1e3 * sum(r.draft_s for r in rs) / gen_tokens if gen_tokens else None,
+                "verify": 1e3 * sum(r.verify_s for r in rs) / gen_tokens if gen_tokens else None,
+                "python": 1e3 * sum(r.overhead_s for r in rs) / gen_tokens if gen_tokens else None,
+            },
+            mean_accepted_len=gen_tokens / rounds if rounds else None,
+        )
+    if cfg.is_baseline:
+        return entry
+    k_eff = drafted / draft_rounds if draft_rounds else float(cfg.k)
+    alpha = estimate_alpha(accepted=accepted, rejections=rejections)
+    entry.update(
+        accept_rate=accepted / drafted if drafted else None,
+        drafted=drafted, accepted=accepted,
+        accept_rate_by_position=_by_position(rs),
+        draft_rounds_share=draft_rounds / rounds if rounds else None,
+    )
+    if cfg.engine != "ggufspec":
+        return entry
+    c = micro.get("c", {}).get(cfg.draft)
+    # c as it happened in the runs: draft decode time per drafted token / plain target step
+    c_runs = (sum(r.draft_s for r in rs) / drafted) / base_step if drafted and base_step else None
+    v = _verify_cost(micro, k_eff)
+    entry.update(alpha=alpha, k_eff=k_eff, c=c, c_runs=c_runs, verify_cost=v)
+    if c is not None and draft_rounds:
+        # lookup drafts only where it finds a match: the other rounds are plain target steps
+        share = (draft_rounds / rounds if rounds else 1.0) if cfg.draft == LOOKUP else 1.0
+        entry["expected_speedup"] = expected_speedup_partial(a=alpha, k=k_eff, c=c, share=share)
+        if v is not None:
+            entry["expected_speedup_measured_verify"] = expected_speedup_partial(a=alpha, k=k_eff, c=c, share=share, v=v)
+        best = max(range(1, 17), key=lambda kk: expected_speedup(a=alpha, k=kk, c=c))
+        entry["best_k_expected"] = {"k": best, "speedup": expected_speedup(a=alpha, k=best, c=c)}
+    return entry
+
+
+def _peer_ratio(ok: Sequence[RunRecord], engine: str) -> float | None:
+    """A peer's own speedup: its speculative tok/s over its target alone, per prompt, median."""
+    alone = {r.prompt_id: r.gen_tps for r in ok if r.engine == engine and r.draft == BASELINE}
+    ratios = [r.gen_tps / alone[r.prompt_id] for r in ok
+              if r.engine == engine and r.draft != BASELINE and alone.get(r.prompt_id)]
+    return median(ratios)
+
+
+def _pick(c: Mapping | None, *keys: str) -> dict | None:
+    return {k: c.get(k) for k in keys} if c else None
+
+
+def _pooled_step(runs: Sequence[RunRecord], *, temperature: float) -> float | None:
+    """Seconds per generated token of our target alone, pooled over runs (the first token is prefill's)."""
+    rs = [r for r in runs if r.engine == "ggufspec" and r.draft == BASELINE and r.temperature == temperature]
+    n = sum(r.generated_tokens - 1 for r in rs)
+    return sum(r.gen_s for r in rs) / n if n else None
+
+
+def _verify_cost(micro: Mapping, k_eff: float) -> float | None:
+    """Verify cost of K+1 rows in plain steps, interpolated at a fractional K."""
+    vc = {int(k): v for k, v in micro.get("verify_cost", {}).items()}
+    if not vc:
+        return None
+    ks = sorted(vc)
+    if k_eff <= ks[0]:
+        return vc[ks[0]] if k_eff >= ks[0] else 1.0 + (vc[ks[0]] - 1.0) * (k_eff / ks[0] if ks[0] else 0)
+    for lo, hi in zip(ks, ks[1:]):
+        if lo <= k_eff <= hi:
+            w = (k_eff - lo) / (hi - lo)
+            return vc[lo] * (1 - w) + vc[hi] * w
+    return vc[ks[-1]]
+
+
+def _by_position(rs: Sequence[RunRecord]) -> list[float | None]:
+    """Accept rate at draft position i: accepted there / drafted there, pooled over runs."""
+    n = max((len(r.drafted_at) for r in rs), default=0)
+    d = [sum(r.drafted_at[i] for r in rs if i < len(r.drafted_at)) for i in range(n)]
+    a = [sum(r.accepted_at[i] for r in rs if i < len(r.accepted_at)) for i in range(n)]
+    return [ai / di if di else None for ai, di in zip(a, d)]
+
+
+def _by_category(plan: BenchPlan, ok: Sequence[RunRecord], base_tps: BaseTps) -> dict:
+    """Speedup per prompt category for each greedy configuration of ours."""
+    cats = sorted({p.category for p in plan.prompts})
+    out: dict[str, dict[str, float | None]] = {}
+    for cfg in plan.configs:
+        if cfg.is_baseline or cfg.temperature != 0:
+            continue
+        ratios = _prompt_ratios(ok, cfg.name, 0.0, base_tps)
+        out[cfg.name] = {cat: _median_of(ratios, {p.id for p in plan.prompts if p.category == cat}) for cat in cats}
+    return out

@@ -1,0 +1,172 @@
+"""The bench's files: bench.json (everything), runs.csv (one row per run), bench.md (the report),
+and the PNG plots (ggufspec.bench.plots) into one output directory."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Mapping
+
+from ggufspec.bench.results import BenchResult
+
+CSV_FIELDS = [
+    "config", "engine", "draft", "k", "adaptive", "accept", "temperature", "prompt_id", "category", "repeat",
+    "order", "prompt_tokens", "generated_tokens", "gen_tps", "prompt_tps", "gen_s", "drafted", "accepted",
+    "rejections", "rounds", "paused_rounds", "draft_s", "verify_s", "overhead_s", "stop_reason", "identical", "error",
+]
+
+
+def write_json(result: BenchResult, path: Path) -> Path:
+    """Everything (`BenchResult.to_dict`)."""
+    path.write_text(json.dumps(result.to_dict(), indent=1, default=_json_default) + "\n")
+    return path
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o).__name__)
+
+
+def write_csv(result: BenchResult, path: Path) -> Path:
+    """One row per run."""
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in result.runs:
+            w.writerow({k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(r).items()})
+    return path
+
+
+def fmt_figure(x: Any, fmt: str = "{:.2f}", none: str = "–") -> str:
+    """A figure for a table: `fmt` applied, or a dash for a missing one (None)."""
+    return none if x is None else fmt.format(x)
+
+
+def markdown(result: BenchResult) -> str:
+    """The results as Markdown: headline, one row per configuration, peers, machine."""
+    s, plan, m = result.summary, result.plan, result.machine
+    lines = [
+        f"# ggufspec bench: {plan.target_label} target",
+        "",
+        f"Target `{plan.target}`; drafts: {', '.join(f'`{d.label}`' for d in plan.drafts)}. "
+        f"{len(plan.prompts)} prompts ({', '.join(sorted({p.category for p in plan.prompts}))}), "
+        f"{plan.max_tokens} new tokens, {plan.repeats} repeat(s), target alone and speculative alternated; "
+        "medians per prompt over repeats, then over prompts.",
+        "",
+        f"**Machine**: {m['cpu']}, {m['physical_cores']} cores ({m['logical_cores']} logical), "
+        f"{m['ram_bytes'] / 2**30:.0f} GiB RAM, {'GPUs: ' + ', '.join(g['name'] for g in m['gpus']) if m['gpus'] else 'no GPU'}; "
+        f"{m['threads']} threads; llama-cpp-python {m['versions'].get('llama_cpp')}"
+        f"{' (CPU backend without llamafile: batch-invariant kernels)' if m.get('batch_invariant_kernels') else ''}, "
+        f"Python {m['versions']['python']}; "
+        f"load average at start / end {_loadtext(m.get('load_start'))} / {_loadtext(m.get('load_end'))}.",
+        "",
+        "## Headline",
+        "",
+        f"- speedup of the default configuration (`{s['default_config']}`): **{fmt_figure(s['speedup'])}x** "
+        f"(worst prompt {fmt_figure(s['speedup_min'])}x; chat prompts {fmt_figure(s['speedup_chat'])}x), "
+        f"accept rate {fmt_figure(s['accept_rate'], '{:.1%}')}, expected by Theorem 3.8 {fmt_figure(s['expected_speedup'])}x",
+        f"- target alone: {fmt_figure(s['target_alone_tps'], '{:.1f}')} tok/s; llama-bench: {fmt_figure(s['llama_bench_tps'], '{:.1f}')} tok/s "
+        f"(ours / llama-bench = {fmt_figure(s['vs_llama_bench'], '{:.3f}')})",
+        "- vs llama.cpp native `llama-speculative-simple` at each one's best K: "
+        + (f"**{fmt_figure(s['vs_native'], '{:.2f}')}x** (ours {s['best_ours']['name']} {fmt_figure(s['best_ours']['tps'], '{:.1f}')} tok/s, "
+           f"native {s['best_native']['name']} {fmt_figure(s['best_native']['tps'], '{:.1f}')} tok/s)" if s.get("vs_native") else "not measured (peer absent)"),
+    ]
+    share = s.get("default_draft_rounds_share")
+    if share is not None and share < 0.5:
+        lines.insert(-2, f"- the default configuration drafted in {share:.0%} of rounds: its pacer measured that drafting "
+                         "loses to the target alone here and ran the target alone (see `always-draft` for the forced loop)")
+    if s.get("vs_native_drafting") and s["best_ours_drafting"]["name"] != s["best_ours"]["name"]:
+        lines.append(f"- among configurations that draft in most rounds: **{fmt_figure(s['vs_native_drafting'], '{:.2f}')}x** native "
+                     f"(ours {s['best_ours_drafting']['name']} {fmt_figure(s['best_ours_drafting']['tps'], '{:.1f}')} tok/s)")
+    if s.get("best_speedup"):
+        b = s["best_speedup"]
+        lines.append(f"- best speedup of any greedy configuration: {b['name']} {fmt_figure(b['speedup'])}x")
+    if s.get("sampling"):
+        parts = [f"{rule}: speedup {fmt_figure(v['speedup'])}x, accept rate {fmt_figure(v['accept_rate'], '{:.1%}')}"
+                 for rule, v in s["sampling"].items()]
+        lines.append(f"- at temperature {plan.temperature:g}: " + "; ".join(parts))
+    if s.get("transformers_assisted_speedup") is not None:
+        lines.append(f"- transformers assisted generation (same GGUF files dequantized to float32 torch, CPU): "
+                     f"{fmt_figure(s['transformers_assisted_speedup'])}x its own target alone, on {plan.slow_peer_prompts} prompts")
+    if s.get("identical_greedy") is not None:
+        lines.append(f"- greedy runs token-identical to the target alone: {s['identical_greedy']:.0%} (median over configurations)")
+    lines += ["", "## Configurations", "",
+              "| configuration | engine | tok/s | speedup | worst | accept | alpha | K eff | c | expected (Thm 3.8) | expected, verify measured | rounds drafting | draft / verify / python ms/tok | identical |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
+    for c in s["configs"]:
+        mpt = c.get("ms_per_token") or {}
+        split = " / ".join(fmt_figure(mpt.get(k), "{:.1f}") for k in ("draft", "verify", "python")) if mpt else "–"
+        lines.append(
+            f"| {c['name']} | {c['engine']} | {fmt_figure(c.get('tps'), '{:.1f}')} | {fmt_figure(c.get('speedup'))} | "
+            f"{fmt_figure(c.get('speedup_min'))} | {fmt_figure(c.get('accept_rate'), '{:.1%}')} | {fmt_figure(c.get('alpha'), '{:.3f}')} | "
+            f"{fmt_figure(c.get('k_eff'), '{:.1f}')} | {fmt_figure(c.get('c'), '{:.2f}')} | {fmt_figure(c.get('expected_speedup'))} | "
+            f"{fmt_figure(c.get('expected_speedup_measured_verify'))} | {fmt_figure(c.get('draft_rounds_share'), '{:.0%}')} | {split} | "
+            f"{fmt_figure(c.get('identical'), '{:.0%}')} |"
+        )
+    micro = result.micro
+    if micro:
+        lines += ["", "## Cost model (timed back to back)", "",
+                  f"- one target step: {micro['target_step_s'] * 1e3:.2f} ms; one draft step: "
+                  + ", ".join(f"{k} {v * 1e3:.2f} ms (c = {micro['c'][k]:.2f})" for k, v in micro["draft_step_s"].items()),
+                  "- verifying K drafts (one decode of K+1 rows), in plain target steps: "
+                  + ", ".join(f"K={k}: {v:.2f}" for k, v in micro["verify_cost"].items()),
+                  ]
+    cats = result.summary.get("by_category") or {}
+    if cats:
+        names = sorted({c for row in cats.values() for c in row})
+        lines += ["", "## Speedup by prompt category", "", "| configuration | " + " | ".join(names) + " |",
+                  "|---|" + "---:|" * len(names)]
+        for cfg, row in cats.items():
+            lines.append(f"| {cfg} | " + " | ".join(fmt_figure(row.get(n)) for n in names) + " |")
+    notes = list(result.peers.get("notes") or [])
+    differ = sorted({r.prompt_id for r in result.runs if r.identical is False})
+    if differ:
+        longest = max(r.prompt_tokens + r.generated_tokens for r in result.runs if r.prompt_id in differ)
+        notes.append(
+            f"greedy speculative output differed from the target alone on {len(differ)} prompt(s) "
+            f"({', '.join(differ)}; up to {longest} tokens of context). Known causes on the CPU: an f16 KV "
+            "cache (llama.cpp's flash attention sums a one-row decode in per-thread KV chunks once it holds "
+            "256+ tokens, a multi-row verify in one pass; the default q8_0 cache avoids it), and F32/F16/"
+            "K-quant weights, whose matrix products differ by batch shape at any length."
+        )
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    lines += ["", f"Bench wall time {result.wall_s / 60:.1f} min; started {result.started}.", ""]
+    return "\n".join(lines)
+
+
+def _loadtext(load: Mapping | None) -> str:
+    if not load or "loadavg" not in load:
+        return "?"
+    text = f"{load['loadavg'][0]:.1f}"
+    if "cpu_pressure_avg60" in load:
+        text += f" (CPU pressure {load['cpu_pressure_avg60']:.0f}%)"
+    return text
+
+
+def write_markdown(result: BenchResult, path: Path) -> Path:
+    """The report (`markdown`)."""
+    path.write_text(markdown(result))
+    return path
+
+
+def write_outputs(result: BenchResult, out: Path, *, plots: bool = True) -> dict[str, Path | list[Path]]:
+    """bench.json, runs.csv, bench.md and the PNGs into `out` (created)."""
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Any] = {
+        "json": write_json(result, out / "bench.json"),
+        "csv": write_csv(result, out / "runs.csv"),
+        "markdown": write_markdown(result, out / "bench.md"),
+    }
+    if plots:
+        from ggufspec.bench.plots import write_plots
+
+        try:
+            files["plots"] = write_plots(result, out)
+        except ImportError:
+            result.peers.setdefault("notes", []).append("plots skipped: pip install matplotlib")
+            files["plots"] = []
+    return files
