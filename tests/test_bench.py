@@ -236,7 +236,7 @@ def _rec(cfg, prompt: str, repeat: int, tps: float, **kw):
     from ggufspec.bench.results import RunRecord
 
     return RunRecord(
-        config=cfg.name, engine=cfg.engine, draft=cfg.draft, k=cfg.k, adaptive=cfg.adaptive, accept=cfg.accept,
+        config=cfg.name, engine=cfg.engine, draft=cfg.draft, k=cfg.draft_max, adaptive=(not cfg.fixed), accept=cfg.accept,
         temperature=cfg.temperature, prompt_id=prompt, category={"p1": "chat", "p2": "code"}[prompt], repeat=repeat,
         order=0, prompt_tokens=10, generated_tokens=kw.pop("generated_tokens", 11), gen_tps=tps, **kw,
     )

@@ -34,9 +34,9 @@ class Config:
     name: str
     engine: str = "ggufspec"
     draft: str = BASELINE
-    k: int = 0  # draft_max (fixed: every round; adaptive: the cap)
-    adaptive: bool = False
-    pace: bool = True  # adaptive only: pause drafting while it does not pay (ggufspec.pacing)
+    draft_max: int = 0  # --draft-max (fixed: every round; adaptive: the cap)
+    fixed: bool = True  # --fixed; False: the adaptive schedule
+    always_draft: bool = False  # --always-draft: adaptive without pausing (ggufspec.pacing)
     accept: str = "greedy"  # greedy | rejection | match
     temperature: float = 0.0
     group: str = "baseline"  # baseline | k-sweep | default | drafts | sampling | peer
@@ -138,24 +138,24 @@ def make_plan(
 
     configs: list[Config] = [Config(name="target alone", group="baseline")]
     default_name = f"{default.label} adaptive K<={default_k}"
-    configs.append(Config(name=default_name, draft=default.label, k=default_k, adaptive=True, group="default"))
+    configs.append(Config(name=default_name, draft=default.label, draft_max=default_k, fixed=False, group="default"))
     if default.ref != LOOKUP:
         configs.append(Config(
-            name=f"{default.label} adaptive K<={default_k} always-draft", draft=default.label, k=default_k,
-            adaptive=True, pace=False, group="drafts",
+            name=f"{default.label} adaptive K<={default_k} always-draft", draft=default.label, draft_max=default_k,
+            fixed=False, always_draft=True, group="drafts",
         ))
     for d in drafts:
         if d is not default and fixed_vs_adaptive:
-            configs.append(Config(name=f"{d.label} adaptive K<={default_k}", draft=d.label, k=default_k, adaptive=True, group="drafts"))
+            configs.append(Config(name=f"{d.label} adaptive K<={default_k}", draft=d.label, draft_max=default_k, fixed=False, group="drafts"))
         if d is default or sweep_all_drafts:
             for k in k_values:
-                configs.append(Config(name=f"{d.label} K={k}", draft=d.label, k=k, group="k-sweep"))
+                configs.append(Config(name=f"{d.label} K={k}", draft=d.label, draft_max=k, group="k-sweep"))
     if temperature > 0:
         configs.append(Config(name=f"target alone T={temperature:g}", temperature=temperature, group="baseline"))
         for rule in ("rejection", "match"):
             configs.append(Config(
-                name=f"{default.label} {rule} T={temperature:g}", draft=default.label, k=default_k,
-                adaptive=True, accept=rule, temperature=temperature, group="sampling",
+                name=f"{default.label} {rule} T={temperature:g}", draft=default.label, draft_max=default_k,
+                fixed=False, accept=rule, temperature=temperature, group="sampling",
             ))
 
     native_bin = None
@@ -163,13 +163,13 @@ def make_plan(
         native_bin = native if isinstance(native, Path) else find_native()
         if native_bin is not None and default.ref != LOOKUP:
             for k in native_k or k_values:
-                configs.append(Config(name=f"native {default.label} K={k}", engine="native", draft=default.label, k=k, group="peer"))
+                configs.append(Config(name=f"native {default.label} K={k}", engine="native", draft=default.label, draft_max=k, group="peer"))
     if llama_cpp_peer:
         configs.append(Config(name="llama-cpp-python alone", engine="llama-cpp-python", group="peer"))
-        configs.append(Config(name="llama-cpp-python lookup", engine="llama-cpp-python", draft=LOOKUP, k=10, group="peer"))
+        configs.append(Config(name="llama-cpp-python lookup", engine="llama-cpp-python", draft=LOOKUP, draft_max=10, group="peer"))
     if transformers_peer and default.ref != LOOKUP:
         configs.append(Config(name="transformers alone", engine="transformers", group="peer"))
-        configs.append(Config(name=f"transformers assisted {default.label}", engine="transformers", draft=default.label, k=default_k, adaptive=True, group="peer"))
+        configs.append(Config(name=f"transformers assisted {default.label}", engine="transformers", draft=default.label, draft_max=default_k, fixed=False, group="peer"))
 
     names = [c.name for c in configs]
     if len(set(names)) != len(names):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -19,30 +18,17 @@ class Ours:
     """Our engine on one loaded target and every draft (contexts loaded once)."""
 
     def __init__(self, plan: BenchPlan) -> None:
-        from ggufspec.backend import Context, Model, ModelSettings
-        from ggufspec.drafters import LookupDrafter, ModelDrafter
-        from ggufspec.runtime import PairSettings, check_vocab, load_pair, resolve_path
+        from ggufspec.runtime import load_pair
+        from ggufspec.settings import ContextSettings, PairSettings
 
         self.plan = plan
-        settings = PairSettings(n_ctx=plan.n_ctx, n_threads=plan.n_threads, n_gpu_layers=0, n_gpu_layers_draft=0)
-        self.pair = load_pair(target=plan.target, draft=None, settings=settings)
-        self.drafters: dict[str, Any] = {}
-        self.paths: dict[str, Path] = {}
-        self._owned: list[Any] = []
-        # drafts keep an f16 KV cache (the target's "auto" q8_0 is for exactness, see runtime)
-        ctx_settings = replace(self.pair.target_ctx.settings, cache_type_k="f16", cache_type_v="f16")
-        for d in plan.drafts:
-            if d.ref == LOOKUP:
-                self.drafters[d.label] = LookupDrafter(ngram_max=settings.lookup_ngram_max, ngram_min=settings.lookup_ngram_min)
-                continue
-            path = resolve_path(d.ref)
-            check_vocab(self.pair.target_path, path)
-            model = Model(path, settings=ModelSettings(n_gpu_layers=0))
-            ctx = Context(model, settings=ctx_settings)
-            ctx.warmup()
-            self._owned += [ctx, model]
-            self.paths[d.label] = path
-            self.drafters[d.label] = ModelDrafter(ctx)
+        settings = PairSettings(context=ContextSettings(n_ctx=plan.n_ctx, n_threads=plan.n_threads),
+                                n_gpu_layers=0, n_gpu_layers_draft=0)
+        self.pair = load_pair(target=plan.target, draft="none", settings=settings)
+        # every drafter loaded once, owned by the pair (drafts keep an f16 KV cache)
+        self.drafters: dict[str, Any] = {d.label: self.pair.load_drafter(d.ref) for d in plan.drafts}
+        self.paths: dict[str, Path] = {d.label: Path(self.pair.draft_name(self.drafters[d.label]))
+                                       for d in plan.drafts if d.ref != LOOKUP}
         self.tokens: dict[str, list[int]] = {}
         self.texts: dict[str, str] = {}
         for p in plan.prompts:
@@ -73,18 +59,18 @@ class Ours:
         from ggufspec.sampling import SamplingSettings
 
         sampling = SamplingSettings(temperature=cfg.temperature, seed=seed)
+        drafter = None
         if cfg.is_baseline:
             spec = SpeculativeSettings()
-            self.pair.drafter = None
         else:
             spec = SpeculativeSettings(
                 accept=None if cfg.accept == "greedy" else AcceptRule.parse(cfg.accept),
-                length=DraftLengthSettings(draft_max=cfg.k, adaptive=cfg.adaptive, pace=cfg.pace),
+                length=DraftLengthSettings(draft_max=cfg.draft_max, fixed=cfg.fixed, always_draft=cfg.always_draft),
             )
-            self.pair.drafter = self.drafters[cfg.draft]
+            drafter = self.drafters[cfg.draft]
         gen = self.pair.generate(
-            prompt_tokens=self.tokens[prompt.id], max_tokens=self.plan.max_tokens, sampling=sampling,
-            speculative=spec, use_draft=not cfg.is_baseline,
+            prompt_tokens=self.tokens[prompt.id], drafter=drafter, max_tokens=self.plan.max_tokens,
+            sampling=sampling, speculative=spec,
         ).run()
         # a round that rejected ends with the target's correction token
         rejections = sum(1 for s in gen.sources if s is Source.CORRECTION)
@@ -94,7 +80,7 @@ class Ours:
         """c per draft model and the verify cost of K+1 rows, timed turn about on the first prompt."""
         plan = self.plan
         prompt = self.tokens[plan.prompts[0].id]
-        ks = sorted({c.k for c in plan.configs if c.engine == "ggufspec" and c.k > 0} | {1})
+        ks = sorted({c.draft_max for c in plan.configs if c.engine == "ggufspec" and c.draft_max > 0} | {1})
         sizes = sorted({1} | {k + 1 for k in ks})
         models = {label: d for label, d in self.drafters.items() if label != LOOKUP}
         contexts: dict[str, Any] = {"__target__": self.pair.target_ctx}
@@ -117,9 +103,7 @@ class Ours:
         return out
 
     def close(self) -> None:
-        for obj in self._owned:
-            obj.close()
-        self.pair.close()
+        self.pair.close()  # and the drafters it loaded
 
 
 def step_times(

@@ -187,8 +187,8 @@ class Transformers:
         kwargs: dict[str, Any] = dict(max_new_tokens=self.max_tokens, do_sample=False, eos_token_id=eos, pad_token_id=eos)
         if not cfg.is_baseline:
             kwargs.update(assistant_model=self.draft)
-            self.draft.generation_config.num_assistant_tokens = cfg.k
-            self.draft.generation_config.num_assistant_tokens_schedule = "heuristic" if cfg.adaptive else "constant"
+            self.draft.generation_config.num_assistant_tokens = cfg.draft_max
+            self.draft.generation_config.num_assistant_tokens_schedule = "heuristic" if (not cfg.fixed) else "constant"
         with torch.inference_mode():
             # The first token alone, timed, then the whole generation: gen time = total - first.
             t0 = time.perf_counter()

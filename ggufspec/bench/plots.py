@@ -27,10 +27,10 @@ def write_plots(result: BenchResult, out: Path) -> list[Path]:
     labels = [x.label for x in plan.drafts]  # in the plan's order
     drafts = sorted({c["draft"] for c in cfgs if c["group"] == "k-sweep"}, key=lambda d: labels.index(d) if d in labels else 99)
     for d in drafts:
-        pts = sorted((c["k"], c["tps"]) for c in cfgs if c["group"] == "k-sweep" and c["draft"] == d and c["engine"] == "ggufspec")
+        pts = sorted((c["draft_max"], c["tps"]) for c in cfgs if c["group"] == "k-sweep" and c["draft"] == d and c["engine"] == "ggufspec")
         if pts:
             ax.plot(*zip(*pts), marker="o", label=f"ggufspec, draft {d}")
-    nat = sorted((c["k"], c["tps"]) for c in cfgs if c["engine"] == "native")
+    nat = sorted((c["draft_max"], c["tps"]) for c in cfgs if c["engine"] == "native")
     if nat:
         ax.plot(*zip(*nat), marker="s", linestyle="--", color="black", label="llama.cpp speculative-simple")
     base = next((c for c in cfgs if c["name"] == "target alone"), None)
@@ -41,7 +41,7 @@ def write_plots(result: BenchResult, out: Path) -> list[Path]:
     ax.set_xlabel("draft length K (fixed)")
     ax.set_ylabel("generation tokens/s (median)")
     ax.set_xscale("log", base=2)
-    ks = sorted({c["k"] for c in cfgs if c["group"] == "k-sweep"})
+    ks = sorted({c["draft_max"] for c in cfgs if c["group"] == "k-sweep"})
     if ks:
         ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_title(title, fontsize=9)
@@ -54,7 +54,7 @@ def write_plots(result: BenchResult, out: Path) -> list[Path]:
     for c in cfgs:
         if c["engine"] != "ggufspec" or c["draft"] == BASELINE:
             continue
-        if c["group"] == "k-sweep" and c["k"] != max(ks):
+        if c["group"] == "k-sweep" and c["draft_max"] != max(ks):
             continue
         pos = [(i + 1, v) for i, v in enumerate(c.get("accept_rate_by_position") or []) if v is not None]
         if pos:

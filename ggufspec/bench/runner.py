@@ -171,7 +171,7 @@ def _run_one(eng: _Engines, cfg: Config, prompt: BenchPrompt, *, repeat: int, pr
     """One run of `cfg` on `prompt`; a peer's failure becomes the record's `error`, not an exception."""
     plan, ours = eng.plan, eng.ours
     base = dict(
-        config=cfg.name, engine=cfg.engine, draft=cfg.draft, k=cfg.k, adaptive=cfg.adaptive, accept=cfg.accept,
+        config=cfg.name, engine=cfg.engine, draft=cfg.draft, k=cfg.draft_max, adaptive=(not cfg.fixed), accept=cfg.accept,
         temperature=cfg.temperature, prompt_id=prompt.id, category=prompt.category, repeat=repeat, order=order,
         prompt_tokens=len(ours.tokens[prompt.id]),
     )
@@ -195,7 +195,7 @@ def _run_one(eng: _Engines, cfg: Config, prompt: BenchPrompt, *, repeat: int, pr
         if cfg.engine == "native":
             out = run_native_speculative(
                 bin_dir=plan.native_bin, target=ours.pair.target_path, draft=ours.paths[cfg.draft],
-                prompt=ours.texts[prompt.id], k=cfg.k, n_predict=plan.max_tokens, n_ctx=plan.n_ctx, threads=eng.threads,
+                prompt=ours.texts[prompt.id], k=cfg.draft_max, n_predict=plan.max_tokens, n_ctx=plan.n_ctx, threads=eng.threads,
                 cache_type=ours.pair.target_ctx.settings.cache_type_k,
             )
             base["prompt_tokens"] = out.get("prompt_tokens", base["prompt_tokens"])

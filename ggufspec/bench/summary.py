@@ -51,7 +51,7 @@ def summarise(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Mapping | No
     best_native = max(native, key=lambda c: c["tps"], default=None)
     base_cfg = by_name.get("target alone", {})
     lb_tps = median(row["gen_tps"] for row in peers.get("llama_bench", []))
-    lookup_ours = next((c for c in configs if c["engine"] == "ggufspec" and c["draft"] == LOOKUP and c["adaptive"]), None)
+    lookup_ours = next((c for c in configs if c["engine"] == "ggufspec" and c["draft"] == LOOKUP and not c["fixed"]), None)
     lcp_lookup = by_name.get("llama-cpp-python lookup", {})
     sampling = [c for c in configs if c["group"] == "sampling"]
     best_any = max((c for c in configs if c["engine"] == "ggufspec" and not c["draft"] == BASELINE
@@ -152,7 +152,7 @@ def _config_entry(
         )
     if cfg.is_baseline:
         return entry
-    k_eff = drafted / draft_rounds if draft_rounds else float(cfg.k)
+    k_eff = drafted / draft_rounds if draft_rounds else float(cfg.draft_max)
     alpha = estimate_alpha(accepted=accepted, rejections=rejections)
     entry.update(
         accept_rate=accepted / drafted if drafted else None,

@@ -28,7 +28,7 @@ import json
 import sys
 from pathlib import Path
 
-from ggufspec.commands import add_pair_argument, apply_pair
+from ggufspec.commands import add_pair_argument
 from ggufspec.errors import UserError
 
 QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1}
@@ -81,7 +81,7 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from ggufspec import bench
-    from ggufspec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
+    from ggufspec.resolve import LOOKUP, resolve_pair_refs
 
     # ---- validate everything before loading anything ----------------------------------------
     k_values = _ints(args.sweep_k or ("2,4,8" if args.quick else "1,2,4,8"), "--sweep-k")
@@ -108,11 +108,15 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"no llama-speculative-simple in {d}; run scripts/build_native.sh or drop --native-dir")
         native = d
 
-    apply_pair(args, drafts_extend=True)
-    target = args.target or DEFAULT_TARGET
-    draft_refs = list(args.draft or [])
+    # nothing named: the default pair's draft and lookup; a target alone: lookup
+    refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair, extra_drafts=True,
+                             target_only_drafts=[LOOKUP])
+    target = refs.target
+    draft_refs = list(refs.drafts)
+    if args.target is None and args.draft is None and args.pair is None:
+        draft_refs.append(LOOKUP)
     if not draft_refs:
-        draft_refs = [DEFAULT_DRAFT, bench.LOOKUP] if args.target is None else [bench.LOOKUP]
+        raise UserError("bench compares drafters with the target alone; give a --draft other than none")
     quants = args.draft_quants
     if quants is None and not args.quick and not args.draft:
         quants = FULL_DRAFT_QUANTS
