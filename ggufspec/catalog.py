@@ -1,4 +1,4 @@
-"""The catalog of known target/draft pairs: one TOML file per pair in the repository's ``models/``.
+"""The catalog of known target/draft pairs: one TOML file per pair in ``ggufspec/pairs/`` (package data).
 
 A pair file (its name, without ``.toml``, is the pair's name)::
 
@@ -66,15 +66,15 @@ class PairEntry:
 
 
 def models_dir() -> Path:
-    """The catalog directory: ``models/`` next to the ``ggufspec`` package."""
-    return Path(__file__).resolve().parent.parent / "models"
+    """The catalog directory: ``pairs/`` inside the installed package (editable or not)."""
+    return Path(__file__).resolve().parent / "pairs"
 
 
 def load_pairs(directory: Path | None = None) -> tuple[PairEntry, ...]:
     """Read every pair of the catalog, sorted by name (the embedded ``default`` first).
 
     Args:
-        directory: where the TOML files are; the catalog's ``models/`` by default.
+        directory: where the TOML files are; the catalog's ``ggufspec/pairs/`` by default.
 
     Returns:
         The pairs.
@@ -84,7 +84,7 @@ def load_pairs(directory: Path | None = None) -> tuple[PairEntry, ...]:
     """
     directory = models_dir() if directory is None else Path(directory)
     if not directory.is_dir():
-        raise UserError(f"the pair catalog {directory} is missing; reinstall ggufspec from its repository")
+        raise UserError(f"the pair catalog {directory} is missing; reinstall ggufspec (pip install ggufspec)")
     pairs = [_load(path) for path in sorted(directory.glob("*.toml"))]
     return tuple(sorted(pairs, key=lambda p: (p.name != "default", p.name)))
 

@@ -21,7 +21,7 @@ from typing import Callable
 
 from ggufspec.errors import UserError
 
-# The default pair, chosen by measurement on a 2-core CPU (see models/default.toml). "auto" is the
+# The default pair, chosen by measurement on a 2-core CPU (see ggufspec/pairs/default.toml). "auto" is the
 # most precise encoding whose greedy output this llama.cpp build keeps token-identical to the target
 # alone (exact_target_quant): F32 with batch-invariant kernels (scripts/build_exact_kernels.sh), else
 # Q8_0 (with llamafile's tinyBLAS only Q8_0/Q4_0/Q4_1 weights are batch-invariant). The shipped Q4_1

@@ -21,7 +21,7 @@ def test_catalog_has_the_pairs_people_use() -> None:
         assert name in BY_NAME
     assert any(p.name.endswith("-32b") for p in PAIRS)  # a 30B+ target
     assert len(PAIRS) >= 7
-    assert catalog.models_dir() == Path(catalog.__file__).resolve().parent.parent / "models"
+    assert catalog.models_dir() == Path(catalog.__file__).resolve().parent / "pairs"  # package data
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: p.name)

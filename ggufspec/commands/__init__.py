@@ -6,5 +6,5 @@ import argparse
 
 
 def add_pair_argument(group: argparse._ArgumentGroup) -> None:
-    """`--pair NAME`: a catalog pair (models/*.toml) instead of --target and --draft."""
+    """`--pair NAME`: a catalog pair (ggufspec/pairs/*.toml) instead of --target and --draft."""
     group.add_argument("--pair", metavar="NAME", help="target and draft of a known pair (see `ggufspec pairs`)")

@@ -1,4 +1,4 @@
-"""List the catalog of known target/draft pairs (one TOML file each in models/).
+"""List the catalog of known target/draft pairs (one TOML file each in ggufspec/pairs/).
 
   ggufspec pairs
   ggufspec pairs --json
