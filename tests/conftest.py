@@ -17,6 +17,26 @@ from tiny_models import (
 )
 
 
+# ---- a skip is a failure in CI -----------------------------------------------------------------
+# .ci/run sets GGUFSPEC_FAIL_ON_SKIP=1: there everything a test needs is built, so a skip can only
+# hide a regression (a missing kernel build, an optional extra not installed).
+
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import os
+
+    if _skipped and os.environ.get("GGUFSPEC_FAIL_ON_SKIP") == "1" and exitstatus == 0:
+        session.exitstatus = 1
+        print(f"\nGGUFSPEC_FAIL_ON_SKIP: {len(_skipped)} skipped: {', '.join(_skipped[:5])}")
+
+
 # ---- tiny GGUF models (tests/tiny_models.py) -------------------------------------------------
 
 
