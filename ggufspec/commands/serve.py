@@ -74,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UserError(f"ggufspec serve needs {exc.name}: pip install 'ggufspec[server]'") from None
     from ggufspec import backend
-    from ggufspec.runtime import PairSettings, load_pair
-    from ggufspec.server import create_app
+    from ggufspec.server import create_app, open_pair
+    from ggufspec.server.adapter import describe
 
     backend.set_verbose(args.llama_log)
     if not 0 <= args.port <= 65535:
@@ -86,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
     if args.api_key is not None and not args.api_key.strip():
         raise UserError("--api-key is empty; give a key or leave it out")
-    settings = PairSettings(n_ctx=args.ctx, n_threads=args.threads, offline=args.offline)
     apply_pair(args)
     draft = None if args.draft in (None, "none") else args.draft
     target = args.target
@@ -98,17 +97,17 @@ def run(args: argparse.Namespace) -> int:
         target = DEFAULT_TARGET
 
     sock = _bind(args.host, args.port)  # before loading: a busy port fails fast
-    with load_pair(target=target, draft=draft, settings=settings, p_min=args.draft_p_min) as pair:
-        if args.draft == "none":
-            pair.drafter = None
-        name = args.model_name or pair.target_path.stem
+    with open_pair(target=target, draft=draft, n_ctx=args.ctx, n_threads=args.threads, offline=args.offline,
+                   p_min=args.draft_p_min, use_draft=args.draft != "none") as pair:
+        info = describe(pair)
+        name = args.model_name or info.target_stem
         app = create_app(pair=pair, model_name=name, api_key=args.api_key, queue_size=args.queue,
                          always_draft=args.always_draft)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         err = sys.stderr
         err.write(
-            f"ggufspec serve: {name} (target {pair.target_path.name}, draft {pair.draft_name if pair.draft_path is None else pair.draft_path.name})\n"
+            f"ggufspec serve: {name} (target {info.target_file}, draft {info.draft_name})\n"
             f"ggufspec serve: listening on http://{shown}:{port}/v1\n"
         )
         if host not in ("127.0.0.1", "::1", "localhost") and args.api_key is None:
