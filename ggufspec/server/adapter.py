@@ -19,6 +19,9 @@ from ggufspec.sampling import SamplingSettings
 from ggufspec.server.errors import invalid
 from ggufspec.server.schemas import Params
 
+#: The loaded target/draft pair the server serves (the rest of the package names it through here).
+Pair = SpeculativePair
+
 
 @dataclass(frozen=True, kw_only=True)
 class PairInfo:
@@ -45,7 +48,7 @@ class GenerationRequest:
 def open_pair(
     *, target: str | Path | None, draft: str | Path | None, n_ctx: int, n_threads: int | None,
     offline: bool, p_min: float, use_draft: bool = True,
-) -> SpeculativePair:
+) -> Pair:
     """Load the pair `ggufspec serve` serves (a context manager: closing it frees the models).
 
     Raises:
@@ -58,7 +61,7 @@ def open_pair(
     return pair
 
 
-def describe(pair: SpeculativePair) -> PairInfo:
+def describe(pair: Pair) -> PairInfo:
     return PairInfo(
         target_file=pair.target_path.name,
         target_stem=pair.target_path.stem,
@@ -69,7 +72,7 @@ def describe(pair: SpeculativePair) -> PairInfo:
 
 
 def encode(
-    pair: SpeculativePair, *, prompt: str | None = None, messages: Sequence[Mapping[str, str]] | None = None
+    pair: Pair, *, prompt: str | None = None, messages: Sequence[Mapping[str, str]] | None = None
 ) -> list[int]:
     """Prompt text or chat messages (the GGUF's chat template) -> token ids; UserError if it cannot."""
     return pair.encode(prompt=prompt, messages=messages)
@@ -104,7 +107,7 @@ def generation_request(
     )
 
 
-def start_generation(pair: SpeculativePair, request: GenerationRequest) -> Generation:
+def start_generation(pair: Pair, request: GenerationRequest) -> Generation:
     """Start one generation on the pair (the worker thread only): iterate it for steps with `.text`,
     `.close()` it to stop early; its `.stats` (RunStats) are set when it ends. UserError: refused."""
     return pair.generate(

@@ -20,7 +20,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ggufspec.errors import UserError
-from ggufspec.runtime import SpeculativePair
 from ggufspec.server import adapter, schemas
 from ggufspec.server.delivery import ClientGone, JobStream, collect, sse_events
 from ggufspec.server.errors import APIError, invalid, outcome
@@ -41,7 +40,7 @@ COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
 class ServerState:
     """Everything a route needs, built once by `create_app` (``app.state.server``)."""
 
-    pair: SpeculativePair
+    pair: adapter.Pair
     info: adapter.PairInfo
     model_name: str
     api_key: str | None
@@ -204,7 +203,7 @@ async def chat_completions(request: Request, st: ServerState = Depends(_state)) 
 
 def create_app(
     *,
-    pair: SpeculativePair,
+    pair: adapter.Pair,
     model_name: str,
     api_key: str | None = None,
     queue_size: int = DEFAULT_QUEUE_SIZE,

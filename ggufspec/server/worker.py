@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ggufspec.errors import UserError
-from ggufspec.runtime import SpeculativePair
 from ggufspec.server import adapter
 from ggufspec.server.errors import APIError, invalid, shutting_down
 from ggufspec.server.metrics import Metrics
@@ -50,7 +49,7 @@ class Job:
 class Worker:
     """The one thread that touches the pair's llama.cpp contexts, and its bounded waiting line."""
 
-    def __init__(self, pair: SpeculativePair, *, queue_size: int, metrics: Metrics) -> None:
+    def __init__(self, pair: adapter.Pair, *, queue_size: int, metrics: Metrics) -> None:
         self.pair = pair
         self.queue_size = queue_size
         self.metrics = metrics
