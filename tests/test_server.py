@@ -132,7 +132,8 @@ def plain_llama(tiny_target_q8: Path):
 
 def _llama_greedy(llm, prompt: str, max_tokens: int) -> tuple[list[int], str]:
     """Llama's own token loop at temperature 0 (greedy sampler): tokens up to an end-of-generation
-    token, and their text decoded at once (invalid UTF-8 as U+FFFD, as a stream must show it)."""
+    token, and their text decoded at once, invalid UTF-8 as U+FFFD (ggufspec's choice; Llama's
+    create_completion drops such bytes: PROMPTS[1] makes one)."""
     tokens: list[int] = []
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
     for t in llm.generate(llm.tokenize(prompt.encode(), add_bos=True, special=False), temp=0.0, repeat_penalty=1.0):
