@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from ggufspec import backend
     from ggufspec.drafters import DraftLengthSettings
     from ggufspec.resolve import resolve_pair_refs
-    from ggufspec.runtime import load_pair
-    from ggufspec.server import create_app
+    from ggufspec.server import create_app, open_pair
+    from ggufspec.server.adapter import describe
     from ggufspec.settings import ContextSettings, PairSettings
 
     backend.set_verbose(args.llama_log)
@@ -93,15 +93,16 @@ def run(args: argparse.Namespace) -> int:
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
 
     sock = _bind(args.host, args.port)  # before loading: a busy port fails fast
-    with load_pair(target=refs.target, draft=refs.draft or "none", settings=settings) as pair:
-        name = args.model_name or pair.target_path.stem
+    with open_pair(refs=refs, settings=settings) as pair:
+        info = describe(pair)
+        name = args.model_name or info.target_stem
         app = create_app(pair=pair, model_name=name, api_key=args.api_key, queue_size=args.queue,
                          draft_length=draft_length)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         err = sys.stderr
         err.write(
-            f"ggufspec serve: {name} (target {pair.target_path.name}, draft {pair.draft_name() if pair.draft_path is None else pair.draft_path.name})\n"
+            f"ggufspec serve: {name} (target {info.target_file}, draft {info.draft_name})\n"
             f"ggufspec serve: listening on http://{shown}:{port}/v1\n"
         )
         if host not in ("127.0.0.1", "::1", "localhost") and args.api_key is None:

@@ -1,0 +1,110 @@
+"""The server's one door into the library: load the pair, describe it, encode, start a generation.
+
+Every call the server makes into ggufspec's runtime and engine is here, so a change in the
+library's API is a change in this file only. (Tests put a fake `start_generation` here too.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+from ggufspec.acceptance import AcceptRule
+from ggufspec.drafters import DraftLengthSettings
+from ggufspec.engine import Generation, SpeculativeSettings
+from ggufspec.errors import UserError
+from ggufspec.resolve import PairRefs
+from ggufspec.runtime import SpeculativePair, load_pair
+from ggufspec.sampling import SamplingSettings
+from ggufspec.settings import PairSettings
+from ggufspec.server.errors import invalid
+from ggufspec.server.schemas import Params
+
+#: The loaded target/draft pair the server serves (the rest of the package names it through here).
+Pair = SpeculativePair
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairInfo:
+    """What the HTTP side shows of the loaded pair."""
+
+    target_file: str  # the target's file name
+    target_stem: str  # ... without .gguf: the default model id
+    draft_name: str  # the draft's file name, "lookup", or "none"
+    n_ctx: int
+    n_vocab: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationRequest:
+    """One generation as the engine takes it."""
+
+    tokens: tuple[int, ...]
+    max_tokens: int
+    sampling: SamplingSettings
+    speculative: SpeculativeSettings
+    stop: tuple[str, ...]
+
+
+def open_pair(*, refs: PairRefs, settings: PairSettings) -> Pair:
+    """Load the pair `ggufspec serve` serves (a context manager: closing it frees the models).
+
+    Raises:
+        UserError: missing/invalid files, an incompatible vocabulary, a context that cannot be made.
+    """
+    return load_pair(target=refs.target, draft=refs.draft or "none", settings=settings)
+
+
+def describe(pair: Pair) -> PairInfo:
+    return PairInfo(
+        target_file=pair.target_path.name,
+        target_stem=pair.target_path.stem,
+        draft_name=pair.draft_name() if pair.draft_path is None else pair.draft_path.name,
+        n_ctx=pair.target_ctx.n_ctx,
+        n_vocab=pair.target_model.n_vocab,
+    )
+
+
+def encode(
+    pair: Pair, *, prompt: str | None = None, messages: Sequence[Mapping[str, str]] | None = None
+) -> list[int]:
+    """Prompt text or chat messages (the GGUF's chat template) -> token ids; UserError if it cannot."""
+    return pair.encode(prompt=prompt, messages=messages)
+
+
+def generation_request(
+    body: Params, *, tokens: Sequence[int], max_tokens: int, draft_length: DraftLengthSettings
+) -> GenerationRequest:
+    """Request fields -> engine settings (OpenAI's defaults: temperature 1, top_p 1); 400 if they clash."""
+    if body.accept == "greedy" and body.temperature != 0:
+        raise invalid("accept 'greedy' needs temperature 0; use 'rejection' or 'match' when sampling", param="accept")
+    try:
+        sampling = SamplingSettings(
+            temperature=1.0 if body.temperature is None else body.temperature,
+            top_k=body.top_k or 0,
+            top_p=1.0 if body.top_p is None else body.top_p,
+            min_p=body.min_p or 0.0,
+            seed=body.seed,
+        )
+        # the server's draft length (serve --draft-p-min, --always-draft), as the request changes it
+        length = replace(
+            draft_length,
+            draft_max=body.draft_max or draft_length.draft_max,
+            always_draft=draft_length.always_draft if body.always_draft is None else body.always_draft,
+        )
+        speculative = SpeculativeSettings(accept=AcceptRule(body.accept) if body.accept else None, length=length)
+        speculative.rule_for(sampling)  # greedy acceptance with temperature > 0 is refused here
+    except UserError as exc:
+        raise invalid(str(exc)) from None
+    return GenerationRequest(
+        tokens=tuple(tokens), max_tokens=max_tokens, sampling=sampling, speculative=speculative, stop=body.stops
+    )
+
+
+def start_generation(pair: Pair, request: GenerationRequest) -> Generation:
+    """Start one generation on the pair (the worker thread only): iterate it for steps with `.text`,
+    `.close()` it to stop early; its `.stats` (RunStats) are set when it ends. UserError: refused."""
+    return pair.generate(
+        prompt_tokens=list(request.tokens), max_tokens=request.max_tokens, sampling=request.sampling,
+        speculative=request.speculative, stop=request.stop,
+    )

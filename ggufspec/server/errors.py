@@ -1,0 +1,45 @@
+"""Errors in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
+
+from __future__ import annotations
+
+from fastapi.responses import JSONResponse
+
+
+class APIError(Exception):
+    """An error response in OpenAI's shape."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def invalid(message: str, *, param: str | None = None, code: str = "invalid_value") -> APIError:
+    """A 400 for a request whose content is wrong (the common case)."""
+    return APIError(400, message, param=param, code=code)
+
+
+def shutting_down() -> APIError:
+    return APIError(503, "the server is shutting down", type="server_error", code="unavailable")
+
+
+def outcome(status: int) -> str:
+    """The metrics label for a response status."""
+    return {400: "invalid", 401: "unauthorized", 404: "not_found", 429: "rejected"}.get(
+        status, "error" if status >= 500 else "invalid"
+    )

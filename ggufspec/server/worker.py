@@ -1,0 +1,164 @@
+"""The one thread that runs generations, and its bounded waiting line.
+
+llama.cpp contexts are not thread-safe, so ONE worker thread runs every generation, fed by a
+bounded queue; a request that finds the queue full gets 429 with Retry-After. Steps go from the
+worker to the event loop through ``loop.call_soon_threadsafe``; a client that goes away sets its
+job's cancel flag, which the worker checks after every emitted token (so the pair is free again
+within one decode step) and which makes a job still waiting in the queue be skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ggufspec.errors import UserError
+from ggufspec.server import adapter
+from ggufspec.server.errors import APIError, invalid, shutting_down
+from ggufspec.server.metrics import Metrics
+
+log = logging.getLogger("ggufspec.server")
+
+
+@dataclass(eq=False)
+class Job:
+    """One generation request, shared by the event loop (consumer) and the worker (producer).
+
+    Events, in order: ("text", str)*, then ("end", RunStats) or ("error", APIError).
+    """
+
+    request: adapter.GenerationRequest
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    enqueued: float = field(default_factory=time.perf_counter)
+
+    def emit(self, kind: str, value: Any = None) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+        except RuntimeError:  # the event loop is gone (shutdown): nobody is listening
+            self.cancel.set()
+
+
+class Worker:
+    """The one thread that touches the pair's llama.cpp contexts, and its bounded waiting line."""
+
+    def __init__(self, pair: adapter.Pair, *, queue_size: int, metrics: Metrics) -> None:
+        self.pair = pair
+        self.queue_size = queue_size
+        self.metrics = metrics
+        self._cond = threading.Condition()
+        self._waiting: deque[Job] = deque()
+        self._current: Job | None = None
+        self._stopping = False
+        self._mean_s = 1.0  # running mean of job durations, for Retry-After
+        self._thread = threading.Thread(target=self._run, name="ggufspec-generate", daemon=True)
+        metrics.queue_depth.set_function(self.depth)
+        metrics.busy.set_function(lambda: 1.0 if self.busy else 0.0)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    def depth(self) -> int:
+        """Requests waiting whose clients are still there."""
+        with self._cond:
+            return sum(not j.cancel.is_set() for j in self._waiting)
+
+    def start(self) -> None:
+        if not self._thread.is_alive() and not self._stopping:
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Refuse new jobs, fail the waiting ones, cancel the running one, join the thread."""
+        with self._cond:
+            self._stopping = True
+            waiting, self._waiting = list(self._waiting), deque()
+            if self._current is not None:
+                self._current.cancel.set()
+            self._cond.notify_all()
+        for job in waiting:
+            job.cancel.set()
+            job.emit("error", shutting_down())
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def submit(self, job: Job) -> None:
+        """Queue a job, or raise 429 (queue full) / 503 (shutting down)."""
+        with self._cond:
+            if self._stopping or not self._thread.is_alive():
+                raise shutting_down()
+            # Jobs whose clients left give their places up now, not when the worker reaches them.
+            if any(j.cancel.is_set() for j in self._waiting):
+                self._waiting = deque(j for j in self._waiting if not j.cancel.is_set())
+            idle = self._current is None and not self._waiting
+            if idle or len(self._waiting) < self.queue_size:
+                self._waiting.append(job)
+                self._cond.notify()
+                return
+            n = len(self._waiting)
+        wait = max(1, math.ceil(self._mean_s * (n + 1)))
+        raise APIError(
+            429, f"the server is busy (one generation running, {n} waiting); retry in {wait} s",
+            type="rate_limit_error", code="queue_full", headers={"Retry-After": str(wait)},
+        )
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                job = self._waiting.popleft()
+                if job.cancel.is_set():  # the client left while waiting
+                    continue
+                self._current = job
+            t0 = time.perf_counter()
+            try:
+                self._generate(job)
+            except Exception as exc:  # never let one request kill the worker
+                log.exception("generation failed")
+                job.emit("error", APIError(500, f"generation failed: {type(exc).__name__}: {exc}",
+                                           type="server_error", code="internal_error"))
+            finally:
+                with self._cond:
+                    self._current = None
+                self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - t0)
+
+    def _generate(self, job: Job) -> None:
+        started = time.perf_counter()
+        self.metrics.queue_wait.observe(started - job.enqueued)
+        try:
+            gen = adapter.start_generation(self.pair, job.request)
+        except UserError as exc:
+            job.emit("error", invalid(str(exc)))
+            return
+        first = True
+        try:
+            for step in gen:
+                if first:
+                    self.metrics.ttft.observe(time.perf_counter() - job.enqueued)
+                    first = False
+                if step.text:
+                    job.emit("text", step.text)
+                if job.cancel.is_set():
+                    break  # the client is gone: free the pair now
+        finally:
+            gen.close()  # no-op when the generation ran to its end
+        if gen.stats is not None:
+            self.metrics.record(gen.stats)
+        if self._stopping and job.cancel.is_set():
+            job.emit("error", shutting_down())
+        else:
+            job.emit("end", gen.stats)
