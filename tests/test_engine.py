@@ -251,3 +251,36 @@ def test_seeded_runs_are_reproducible(tiny_bytes_target_q8, tiny_bytes_draft_q8)
         a = p.generate(prompt="hello", max_tokens=30, sampling=s).run()
         b = p.generate(prompt="hello", max_tokens=30, sampling=s).run()
         assert a.tokens == b.tokens
+
+
+def test_greedy_equals_llama_cpp_pythons_own_loop(tiny_target_q8, tiny_draft_q8) -> None:
+    # an independent reference: llama-cpp-python's Llama.generate at temperature 0 on the same file,
+    # KV cache type and flash attention; our target alone and our speculative loop must both match it
+    import llama_cpp
+
+    from ggufspec.exactness import auto_cache_type
+    from ggufspec.ggufinfo import read_model_info
+
+    cache = {"q8_0": llama_cpp.GGML_TYPE_Q8_0, "f16": llama_cpp.GGML_TYPE_F16}[
+        auto_cache_type(read_model_info(tiny_target_q8), on_gpu=False)]
+    llm = llama_cpp.Llama(model_path=str(tiny_target_q8), n_ctx=512, n_threads=1, n_gpu_layers=0,
+                          type_k=cache, type_v=cache, flash_attn=True, verbose=False)
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    try:
+        with _open(tiny_target_q8, tiny_draft_q8) as p:
+            for _, text in PROMPTS[:8]:
+                tokens = p.encode(prompt=text)
+                assert tokens == llm.tokenize(text.encode(), add_bos=True, special=False)
+                ref: list[int] = []
+                for t in llm.generate(tokens, temp=0.0, repeat_penalty=1.0):
+                    ref.append(t)
+                    if llama_cpp.llama_vocab_is_eog(vocab, t) or len(ref) == 40:
+                        break
+                alone = p.generate(prompt_tokens=tokens, max_tokens=40, drafter=None).run()
+                spec = p.generate(prompt_tokens=tokens, max_tokens=40, speculative=SpeculativeSettings(
+                    length=DraftLengthSettings(draft_max=4, always_draft=True))).run()
+                assert alone.tokens == ref and spec.tokens == ref, text
+                shown = [t for t in ref if not llama_cpp.llama_vocab_is_eog(vocab, t)]  # control tokens render nothing
+                assert spec.text == alone.text == llm.detokenize(shown).decode("utf-8", errors="replace")
+    finally:
+        llm.close()
