@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-# first, so llama_cpp loads the batch-invariant kernels when they are built (ggufspec.kernels)
+# first, so llama_cpp loads the batch-invariant kernels when they are built (ggufspec.llama.kernels)
 import ggufspec.backend  # noqa: F401
 from tiny_models import (
     BYTES_DRAFT_NOISE,

@@ -10,9 +10,9 @@ GGML_LLAMAFILE=OFF, every batch size takes ggml's dot products: 0.0 for F32, F16
 
 `scripts/build_exact_kernels.sh` builds that `libggml-cpu` from the llama.cpp source vendored in
 the sdist of the installed llama-cpp-python, into `overlay_dir()` beside copies of the installed
-libraries. `activate()` (called by `ggufspec.backend` before it imports llama_cpp) points
+libraries. `activate()` (called by `ggufspec.llama.lib` before it imports llama_cpp) points
 llama-cpp-python at it through its own LLAMA_CPP_LIB_PATH. Nothing here imports llama_cpp; the
-backend checks what was really loaded (`backend.batch_invariant_kernels()`).
+library module checks what was really loaded (`ggufspec.llama.lib.batch_invariant_kernels()`).
 
 GGUFSPEC_KERNELS=stock keeps the installed libraries; a LLAMA_CPP_LIB_PATH set by the user wins.
 """
