@@ -17,12 +17,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ggufspec import kernels as _kernels
+from ggufspec.llama import kernels as _kernels
 
 __version__ = "0.1.0"
 
 # Before anything imports llama_cpp: point it at the batch-invariant kernels where they are built
-# (ggufspec.kernels; it only sets LLAMA_CPP_LIB_PATH). Some packages that ship GGUF files import
+# (ggufspec.llama.kernels; it only sets LLAMA_CPP_LIB_PATH). Some packages that ship GGUF files import
 # llama_cpp themselves; whichever module comes first, the right libraries are loaded.
 _kernels.activate()
 

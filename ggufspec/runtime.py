@@ -27,8 +27,9 @@ from ggufspec.sampling import SamplingSettings
 from ggufspec.settings import ContextSettings, ModelSettings, PairSettings
 
 if TYPE_CHECKING:
-    from ggufspec.backend import Context, Model
     from ggufspec.ggufinfo import ModelInfo
+    from ggufspec.llama.context import Context
+    from ggufspec.llama.model import Model
 
 # `pair.generate(drafter=PAIR_DRAFTER)`: the drafter the pair was loaded with
 PAIR_DRAFTER: Drafter = object()  # type: ignore[assignment]
@@ -58,10 +59,10 @@ def _layer_count(value: int | str) -> int:
 def _offload(target: Path, draft: Path | None, settings: PairSettings) -> tuple[ModelSettings, ModelSettings]:
     """Offload of target and draft: explicit layer counts, or the planner's for "auto" (the draft
     whole on one GPU first, then target layers); all on the CPU where llama.cpp has no GPU."""
-    from ggufspec import backend
+    from ggufspec.llama.lib import gpu_offload_supported
 
     tl, dl = settings.n_gpu_layers, settings.n_gpu_layers_draft
-    if not backend.gpu_offload_supported():
+    if not gpu_offload_supported():
         asked = [f"{flag} {v}" for flag, v in (("--ngl", tl), ("--ngld", dl)) if v not in ("auto", 0)]
         if asked:
             sys.stderr.write(f"note: {' and '.join(asked)} ignored: this llama.cpp build has no GPU backend; "
@@ -129,7 +130,8 @@ class SpeculativePair:
     def load_drafter(self, ref: str | Path) -> Drafter:
         """Load a drafter for this target: a model reference (vocabulary checked, same context
         settings as the target) or "lookup". The pair owns and closes it."""
-        from ggufspec.backend import Context, Model
+        from ggufspec.llama.context import Context
+        from ggufspec.llama.model import Model
 
         if str(ref) == LOOKUP:
             drafter: Drafter = LookupDrafter(self.settings.lookup)
@@ -239,9 +241,11 @@ def load_pair(
     Raises:
         UserError: missing/invalid files, an incompatible vocabulary, a context that cannot be made.
     """
-    from ggufspec import backend
     from ggufspec.exactness import auto_cache_type, greedy_exactness
     from ggufspec.ggufinfo import read_model_info
+    from ggufspec.llama.context import Context
+    from ggufspec.llama.lib import batch_invariant_kernels
+    from ggufspec.llama.model import Model
 
     refs = resolve_pair_refs(target=target, draft=draft)
     target_path = resolve_path(refs.target, offline=settings.offline)
@@ -257,9 +261,9 @@ def load_pair(
     target_load, _ = _offload(target_path, draft_path, settings)
     on_gpu = target_load.n_gpu_layers != 0
     ctx_settings: ContextSettings = settings.context.with_cache_type(auto_cache_type(target_info, on_gpu=on_gpu))
-    target_model = backend.Model(target_path, settings=target_load)
+    target_model = Model(target_path, settings=target_load)
     try:
-        target_ctx = backend.Context(target_model, settings=ctx_settings)
+        target_ctx = Context(target_model, settings=ctx_settings)
         target_ctx.warmup()
     except BaseException:
         target_model.close()
@@ -268,7 +272,7 @@ def load_pair(
         target_path=target_path, target_model=target_model, target_ctx=target_ctx, target_info=target_info,
         settings=settings,
         inexact_greedy=greedy_exactness(target_info, on_gpu=on_gpu, cache_type=ctx_settings.cache_type_k,
-                                        invariant_kernels=backend.batch_invariant_kernels()),
+                                        invariant_kernels=batch_invariant_kernels()),
     )
     try:
         if refs.draft is not None:

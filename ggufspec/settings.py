@@ -47,7 +47,7 @@ class ContextSettings:
 
     def __post_init__(self) -> None:
         if self.n_ctx < 0 or 0 < self.n_ctx < 8:
-            raise UserError(f"context size must be 0 (the model's trained context) or at least 8 tokens, got {self.n_ctx}")
+            raise UserError(f"--ctx (context size) must be 0 (the model's trained context) or at least 8 tokens, got {self.n_ctx}")
         if self.n_batch < 1 or self.n_ubatch < 1:
             raise UserError(f"batch sizes must be positive, got n_batch={self.n_batch}, n_ubatch={self.n_ubatch}")
         for threads in (self.n_threads, self.n_threads_batch):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build batch-invariant CPU kernels for exact greedy speculative decoding (see ggufspec/kernels.py).
+# Build batch-invariant CPU kernels for exact greedy speculative decoding (see ggufspec/llama/kernels.py).
 #
 # llama.cpp's CPU backend multiplies batches of 2+ rows with llamafile's tinyBLAS and single rows
 # with ggml's own dot products; for F32/F16/BF16 weights the two round differently, so a verify
@@ -14,18 +14,18 @@ set -euo pipefail
 
 JOBS="${JOBS:-2}"
 
-# where the overlay goes and what it copies: ggufspec.kernels says, as it does when loading it
-{ read -r OUT; read -r INSTALLED; } < <(python -c 'from ggufspec import kernels; print(kernels.overlay_dir()); print(kernels.installed_lib_dir())')
+# where the overlay goes and what it copies: ggufspec.llama.kernels says, as it does when loading it
+{ read -r OUT; read -r INSTALLED; } < <(python -c 'from ggufspec.llama import kernels; print(kernels.overlay_dir()); print(kernels.installed_lib_dir())')
 if [[ ! -f "$INSTALLED/libllama.so" ]]; then
   echo "error: no libllama.so in $INSTALLED; install ggufspec (pip install -e .) in this environment first" >&2
   exit 2
 fi
 # built, and for this very build of llama-cpp-python (a reinstall makes the overlay stale)
-if [[ -z "${FORCE:-}" ]] && python -c 'import sys; from ggufspec import kernels; sys.exit(kernels.current_overlay() is None)'; then
+if [[ -z "${FORCE:-}" ]] && python -c 'import sys; from ggufspec.llama import kernels; sys.exit(kernels.current_overlay() is None)'; then
   echo "exact kernels already built: $OUT"
   exit 0
 fi
-LLAMA_CPP_PYTHON_VERSION="$(python -c 'from ggufspec import kernels; print(kernels.installed_version())')"
+LLAMA_CPP_PYTHON_VERSION="$(python -c 'from ggufspec.llama import kernels; print(kernels.installed_version())')"
 source "$(dirname "$0")/llama_cpp_source.sh"
 KERNELS="$(dirname "$(dirname "$OUT")")"  # <cache>/kernels: the overlay and its temporary sibling
 

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ggufspec.backend import measure_contexts
+from ggufspec.llama.measure import measure_contexts
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import read_model_info
 from ggufspec.plan import estimate_memory

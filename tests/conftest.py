@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-# first, so llama_cpp loads the batch-invariant kernels when they are built (ggufspec.kernels)
-import ggufspec.backend  # noqa: F401
+# first, so llama_cpp loads the batch-invariant kernels when they are built (ggufspec.llama.kernels)
+import ggufspec.llama.lib  # noqa: F401
 from tiny_models import (
     BYTES_DRAFT_NOISE,
     BYTES_LOGIT_SCALE,
@@ -97,7 +97,7 @@ def smollm2_q4_1() -> Path:
 
 
 def _q8(src: Path, dst: Path) -> Path:
-    from ggufspec.backend import quantize
+    from ggufspec.llama.quantize import quantize
 
     return quantize(src=src, dst=dst, ftype="Q8_0", n_threads=1)
 

@@ -106,7 +106,8 @@ def test_cli_runs_a_catalog_pair_by_name() -> None:
 def test_q8_0_cache_makes_verify_rows_bit_identical_past_256_tokens() -> None:
     # llama.cpp's CPU flash attention splits a one-row decode's KV sum per thread once an f16
     # cache holds 256+ tokens; the default (auto) q8_0 cache keeps one path for every batch shape
-    from ggufspec.backend import Context, Model
+    from ggufspec.llama.context import Context
+    from ggufspec.llama.model import Model
     from ggufspec.embedded import default_pair_paths
     from ggufspec.exactness import auto_cache_type
     from ggufspec.ggufinfo import read_model_info

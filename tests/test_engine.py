@@ -146,7 +146,7 @@ def test_utf8_is_never_split(tiny_bytes_target_q8) -> None:
     # incomplete characters back and never emit U+FFFD for valid text.
     with _open(tiny_bytes_target_q8, None) as p:
         model = p.target_model
-        from ggufspec.backend import Detokenizer
+        from ggufspec.text import Detokenizer
 
         text = "héllo wörld, 日本語 ✓"
         ids = model.tokenize(text, add_special=False)

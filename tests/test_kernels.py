@@ -12,7 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ggufspec import backend, kernels
+from ggufspec.llama import kernels
+from ggufspec.llama.context import Context
+from ggufspec.llama.lib import batch_invariant_kernels
+from ggufspec.llama.model import Model
 from ggufspec.embedded import exact_target_quant, resolve_embedded
 from ggufspec.settings import ContextSettings
 
@@ -22,10 +25,10 @@ INSTALLED_LIB = kernels.installed_lib_dir()
 def _probe(env: dict[str, str]) -> dict:
     """In a fresh interpreter (llama_cpp not yet imported): what activate() did and what loaded."""
     code = (
-        "import json, os; from ggufspec import kernels; lib = kernels.activate(); "
-        "from ggufspec import backend; "
+        "import json, os; from ggufspec.llama import kernels; lib = kernels.activate(); "
+        "from ggufspec.llama.lib import batch_invariant_kernels; "
         "print(json.dumps({'lib': str(lib) if lib else None, 'env': os.environ.get('LLAMA_CPP_LIB_PATH'), "
-        "'invariant': backend.batch_invariant_kernels()}))"
+        "'invariant': batch_invariant_kernels()}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -77,10 +80,10 @@ def test_stale_overlay_stock_switch_and_user_path_are_respected(tmp_path: Path) 
 def test_the_auto_target_is_batch_invariant_on_this_build() -> None:
     # F32 with the overlay, Q8_0 without: either way one-row and batch logits are bit-identical
     quant = exact_target_quant()
-    assert quant == ("F32" if backend.batch_invariant_kernels() else "Q8_0")
-    model = backend.Model(resolve_embedded("smollm2", "auto"))
+    assert quant == ("F32" if batch_invariant_kernels() else "Q8_0")
+    model = Model(resolve_embedded("smollm2", "auto"))
     settings = ContextSettings(n_ctx=512, cache_type_k="q8_0", cache_type_v="q8_0")
-    one, batch = backend.Context(model, settings=settings), backend.Context(model, settings=settings)
+    one, batch = Context(model, settings=settings), Context(model, settings=settings)
     try:
         tokens = model.tokenize("The printing press spread across Europe within decades. " * 8)[:80]
         one.decode(tokens[:70])
@@ -131,10 +134,9 @@ def test_run_notes_an_inexact_pair_on_stderr(tiny_target: Path, tiny_draft: Path
 def test_built_kernels_are_in_use_in_this_process() -> None:
     # .ci/run builds them: a fresh venv (same wheel, new files) must still pick them up
     lib = kernels.overlay_dir()
-    # CI builds them (.ci/run): a missing overlay is a failure there, a skip on a bare checkout
     if lib is None or not (lib / "libggml-cpu.so").is_file():
         import pytest
 
         pytest.skip("no exact kernels built here (scripts/build_exact_kernels.sh)")
     assert os.environ.get("LLAMA_CPP_LIB_PATH") == str(lib)
-    assert backend.batch_invariant_kernels() and exact_target_quant() == "F32"
+    assert batch_invariant_kernels() and exact_target_quant() == "F32"

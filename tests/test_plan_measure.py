@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ggufspec.backend import MeasuredMemory, measure_contexts, measure_memory
+from ggufspec.llama.measure import MeasuredMemory, measure_contexts, measure_memory
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import read_model_info
 from ggufspec.plan import check_cache_types, estimate_memory, kv_cells
@@ -139,15 +139,15 @@ def test_measurement_layers_on_cpu_here(smollm2_q4_1: Path) -> None:
     m = measure_memory(path=smollm2_q4_1, n_ctx=512, n_gpu_layers=99)
     assert len(m.layer_devices) == 31 and len(m.swa_layers) == 30
     # a CPU-only llama.cpp build keeps everything on the CPU whatever n_gpu_layers says
-    import llama_cpp
+    from ggufspec.llama.lib import llama
 
-    if not llama_cpp.llama_supports_gpu_offload():
+    if not llama.llama_supports_gpu_offload():
         assert m.n_offloaded == 0
 
 
 def test_measure_keeps_the_backend_quiet(smollm2_q4_1: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The previous llama.cpp log callback (the backend's, quiet) is back after a measurement."""
-    from ggufspec.backend import Model
+    from ggufspec.llama.model import Model
 
     Model(smollm2_q4_1).close()
     measure_memory(path=smollm2_q4_1, n_ctx=512)

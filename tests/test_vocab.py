@@ -127,7 +127,7 @@ def test_token_types_differ_is_compatible_not_identical() -> None:
 
 def test_specials_agree_with_llama_cpp(tiny_target: Path, tiny_bytes_target: Path) -> None:
     """Our reading of BOS/EOS/add-BOS (llama.cpp's defaults included) is llama.cpp's."""
-    from ggufspec.backend import Model
+    from ggufspec.llama.model import Model
 
     for path in (tiny_target, tiny_bytes_target):
         v = read_vocab(path)

@@ -206,7 +206,7 @@ def derive_quant_drafts(target: str, quants: Sequence[str]) -> list[DraftSpec]:
     Raises:
         UserError: an unknown quant, or a target that is not a local file or embedded model.
     """
-    from ggufspec import backend
+    from ggufspec.llama.quantize import FTYPES, quantize
     from ggufspec.embedded import cache_dir, parse_embedded
 
     out = []
@@ -214,8 +214,8 @@ def derive_quant_drafts(target: str, quants: Sequence[str]) -> list[DraftSpec]:
         q = q.strip().upper()
         if not q:
             continue
-        if q not in backend.FTYPES:
-            raise UserError(f"unknown quantization {q!r}; choose one of: {', '.join(sorted(backend.FTYPES))}")
+        if q not in FTYPES:
+            raise UserError(f"unknown quantization {q!r}; choose one of: {', '.join(sorted(FTYPES))}")
         if target.startswith("embedded:"):
             name, _ = parse_embedded(target)
             out.append(DraftSpec(label=q, ref=f"embedded:{name}:{q}"))
@@ -225,6 +225,6 @@ def derive_quant_drafts(target: str, quants: Sequence[str]) -> list[DraftSpec]:
             raise UserError(f"--draft-quants needs a local or embedded target, got {target!r}")
         dst = cache_dir() / "derived" / f"{src.stem}.{q}.gguf"
         if not dst.is_file():
-            backend.quantize(src=src, dst=dst, ftype=q)
+            quantize(src=src, dst=dst, ftype=q)
         out.append(DraftSpec(label=q, ref=str(dst)))
     return out

@@ -49,7 +49,7 @@ def machine_info(*, n_threads: int | None = None) -> dict:
 
 def _batch_invariant_kernels() -> bool | None:
     try:
-        from ggufspec.backend import batch_invariant_kernels
+        from ggufspec.llama.lib import batch_invariant_kernels
 
         return batch_invariant_kernels()
     except Exception:

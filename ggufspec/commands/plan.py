@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     measured: dict[str, Any] = {}
     if args.measure:
-        from ggufspec.backend import measure_contexts
+        from ggufspec.llama.measure import measure_contexts
 
         for role, info, mp, c in (("target", target, plan.target, plan.context),
                                   ("draft", draft, plan.draft, plan.draft_context)):

@@ -67,7 +67,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ggufspec import backend
     from ggufspec.acceptance import AcceptRule, Variant
     from ggufspec.drafters import DraftLengthSettings
     from ggufspec.engine import SpeculativeSettings
@@ -76,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
     from ggufspec.sampling import SamplingSettings
     from ggufspec.settings import ContextSettings, PairSettings, parse_layers
 
-    backend.set_verbose(args.llama_log)
+    from ggufspec.llama.lib import set_verbose
+
+    set_verbose(args.llama_log)
     # Validate every setting before loading anything.
     sampling = SamplingSettings(
         temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed

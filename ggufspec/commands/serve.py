@@ -73,14 +73,15 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
     except ImportError as exc:
         raise UserError(f"ggufspec serve needs {exc.name}: pip install 'ggufspec[server]'") from None
-    from ggufspec import backend
     from ggufspec.drafters import DraftLengthSettings
     from ggufspec.resolve import resolve_pair_refs
     from ggufspec.server import create_app, open_pair
     from ggufspec.server.adapter import describe
     from ggufspec.settings import ContextSettings, PairSettings
 
-    backend.set_verbose(args.llama_log)
+    from ggufspec.llama.lib import set_verbose
+
+    set_verbose(args.llama_log)
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in [0, 65535], got {args.port}")
     if args.queue < 0:

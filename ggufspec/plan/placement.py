@@ -198,7 +198,7 @@ class ModelPlan:
         return self.n_gpu_layers >= self.n_layer + 1
 
     def to_load_kwargs(self) -> dict[str, object]:
-        """Arguments for loading this model (backend.ModelSettings / llama_model_params)."""
+        """Arguments for loading this model (settings.ModelSettings / llama_model_params)."""
         return {"n_gpu_layers": self.n_gpu_layers, "tensor_split": self.tensor_split, "main_gpu": self.main_gpu}
 
 

@@ -10,9 +10,9 @@ GGML_LLAMAFILE=OFF, every batch size takes ggml's dot products: 0.0 for F32, F16
 
 `scripts/build_exact_kernels.sh` builds that `libggml-cpu` from the llama.cpp source vendored in
 the sdist of the installed llama-cpp-python, into `overlay_dir()` beside copies of the installed
-libraries. `activate()` (called by `ggufspec.backend` before it imports llama_cpp) points
+libraries. `activate()` (called by `ggufspec.llama.lib` before it imports llama_cpp) points
 llama-cpp-python at it through its own LLAMA_CPP_LIB_PATH. Nothing here imports llama_cpp; the
-backend checks what was really loaded (`backend.batch_invariant_kernels()`).
+library module checks what was really loaded (`ggufspec.llama.lib.batch_invariant_kernels()`).
 
 GGUFSPEC_KERNELS=stock keeps the installed libraries; a LLAMA_CPP_LIB_PATH set by the user wins.
 """
@@ -25,6 +25,8 @@ import os
 import sys
 from importlib import metadata
 from pathlib import Path
+
+from ggufspec.paths import kernels_dir
 
 # the libraries llama-cpp-python loads from LLAMA_CPP_LIB_PATH (llama_cpp.llama_cpp, llama_cpp.mtmd_cpp)
 _REQUIRED = ("libllama.so", "libggml.so", "libggml-base.so", "libggml-cpu.so")
@@ -40,12 +42,10 @@ def installed_version() -> str | None:
 
 def overlay_dir(version: str | None = None) -> Path | None:
     """Where the overlay for `version` (default: the installed one) lives; None if not installed."""
-    from ggufspec.embedded import cache_dir
-
     version = version or installed_version()
     if version is None:
         return None
-    return cache_dir() / "kernels" / f"llama-cpp-python-{version}" / "lib"
+    return kernels_dir() / f"llama-cpp-python-{version}" / "lib"
 
 
 def activate() -> Path | None:

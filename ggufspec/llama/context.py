@@ -1,0 +1,141 @@
+"""An inference context on one model: its KV cache, batch decode, logits rows, rollback."""
+
+from __future__ import annotations
+
+from typing import Literal, Sequence
+
+import numpy as np
+
+from ggufspec.devices import physical_cores
+from ggufspec.errors import UserError
+from ggufspec.llama import lib
+from ggufspec.llama.lib import HeldInterrupt, llama
+from ggufspec.llama.model import Model
+from ggufspec.settings import CACHE_TYPES as SETTINGS_CACHE_TYPES
+from ggufspec.settings import ContextSettings
+
+# ggufspec.settings holds the one ContextSettings (shared with the planner); here, llama.cpp's enums
+CACHE_TYPES: dict[str, int] = {
+    "f32": llama.GGML_TYPE_F32,
+    "f16": llama.GGML_TYPE_F16,
+    "q8_0": llama.GGML_TYPE_Q8_0,
+    "q4_0": llama.GGML_TYPE_Q4_0,
+}
+assert set(CACHE_TYPES) == set(SETTINGS_CACHE_TYPES)
+FLASH_ATTN: dict[str, int] = {
+    "auto": llama.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
+class Context:
+    """An inference context on one model: a KV cache for sequence 0 and a reusable batch."""
+
+    def __init__(self, model: Model, *, settings: ContextSettings | None = None) -> None:
+        # no settings: the defaults with an f16 cache
+        settings = settings if settings is not None else ContextSettings().with_cache_type("f16")
+        if not settings.resolved:
+            raise ValueError("resolve the 'auto' KV cache type first (ContextSettings.with_cache_type)")
+        self.model = model
+        self.settings = settings
+        params = llama.llama_context_default_params()
+        params.n_ctx = settings.n_ctx
+        params.n_batch = settings.n_batch
+        params.n_ubatch = min(settings.n_batch, settings.n_ubatch)
+        params.n_seq_max = 1
+        threads = settings.n_threads or physical_cores()
+        params.n_threads = threads
+        params.n_threads_batch = settings.n_threads_batch or threads
+        params.flash_attn_type = FLASH_ATTN[settings.flash_attn]
+        params.type_k = CACHE_TYPES[settings.cache_type_k]
+        params.type_v = CACHE_TYPES[settings.cache_type_v]
+        params.no_perf = True
+        self._ptr = lib.new_context(model._ptr, params)
+        if not self._ptr:
+            raise UserError(
+                f"llama.cpp could not create a context of {settings.n_ctx} tokens for {model.path.name}; "
+                "try a smaller --ctx, or f16 KV cache (quantized V cache needs flash attention)"
+            )
+        # llama.cpp may round n_ctx up and clamp n_batch to it: use what it actually made.
+        self.n_ctx: int = llama.llama_n_ctx(self._ptr)
+        self.n_batch: int = llama.llama_n_batch(self._ptr)
+        self._mem = llama.llama_get_memory(self._ptr)
+        self._batch = llama.llama_batch_init(self.n_batch, 0, 1)
+        self._n_vocab = model.n_vocab
+        self.n_past = 0  # tokens in the KV cache (positions 0..n_past-1)
+
+    def decode(self, tokens: Sequence[int], *, logits: Literal["last", "all", "none"] = "last") -> None:
+        """Append tokens to the KV cache at positions n_past.., computing logits only where asked.
+
+        "all" is for verification: row i (0-based) then scores the token after tokens[i].
+        Long inputs are split into n_batch chunks; "all" must fit one batch.
+        """
+        n = len(tokens)
+        if n == 0:
+            return
+        if self.n_past + n > self.n_ctx:
+            raise UserError(
+                f"context full: {self.n_past + n} tokens do not fit a context of {self.n_ctx}; raise --ctx"
+            )
+        if logits == "all" and n > self.n_batch:
+            raise ValueError(f"cannot score {n} rows in one batch of {self.n_batch}")
+        b = self._batch
+        for start in range(0, n, self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            last_chunk = start + self.n_batch >= n
+            for i, tok in enumerate(chunk):
+                b.token[i] = tok
+                b.pos[i] = self.n_past + i
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = 0
+                b.logits[i] = logits == "all"
+            if logits == "last" and last_chunk:
+                b.logits[len(chunk) - 1] = True
+            b.n_tokens = len(chunk)
+            with HeldInterrupt():  # llama.cpp may log from inside a decode (see lib)
+                rc = llama.llama_decode(self._ptr, b)
+                if rc == 0:
+                    self.n_past += len(chunk)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode failed with code {rc} at position {self.n_past}")
+
+    def warmup(self) -> None:
+        """One throwaway decode: pages the weights in and builds the compute graph, so the first
+        measured generation is not charged for it (llama.cpp's own tools do the same)."""
+        tok = self.model.bos if self.model.bos >= 0 else 0
+        self.decode([tok, tok], logits="all")
+        self.clear()
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        """Logits (n_vocab,) float32 of batch row i of the last decode: a view, not a copy.
+
+        Valid until the next decode. Negative i counts from the last row with logits.
+        """
+        ptr = llama.llama_get_logits_ith(self._ptr, i)
+        if not ptr:
+            raise RuntimeError(f"no logits for batch row {i}")
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+
+    def truncate(self, n_keep: int) -> None:
+        """Roll the KV cache back to its first n_keep tokens (drop positions >= n_keep)."""
+        if n_keep < self.n_past:
+            if not llama.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
+                raise RuntimeError(f"KV rollback to {n_keep} failed")
+            self.n_past = n_keep
+
+    def clear(self) -> None:
+        llama.llama_memory_clear(self._mem, True)
+        self.n_past = 0
+
+    def close(self) -> None:
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr:
+            llama.llama_batch_free(self._batch)
+            lib.free_context(ptr)
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,160 @@
+"""llama_cpp itself: imported once over the right kernels; process set-up, llama.cpp's log, Ctrl-C.
+
+The other modules of this package reach llama.cpp's C API as `lib.llama`.
+
+Ctrl-C during a llama.cpp call: CPython runs a signal's Python handler in the main thread at the
+next bytecode boundary. During a long C call (model load, context, quantization) that boundary lies
+inside a Python callback llama.cpp makes, its log callback above all: the KeyboardInterrupt is then
+raised inside the callback, where ctypes prints and drops it, and the C call goes on. Such calls run
+under `HeldInterrupt`: SIGINT only records itself, and once the call returns (a model load aborts
+at once, through its progress callback) the handler it replaced runs and raises KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from ggufspec.llama import kernels
+
+kernels.activate()  # before llama_cpp is imported: it loads its libraries at import
+
+import llama_cpp as llama  # noqa: E402
+
+# Every decode holds SIGINT: `signal.signal` converts to and from enums (~7 us a pair here), the
+# C functions under it do not (~0.5 us).
+try:
+    from _signal import getsignal as _getsignal, signal as _setsignal
+except ImportError:  # not CPython
+    from signal import getsignal as _getsignal, signal as _setsignal
+_MAIN_THREAD = threading.main_thread().ident
+
+_init_lock = threading.Lock()
+_initialised = False
+_verbose = False
+
+
+@llama.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # llama.cpp and ggml log through here; quiet unless asked (--llama-log / set_verbose).
+    # ctypes would print an exception raised here and drop it: write errors are ignored, and the
+    # calls that log run under HeldInterrupt so that no KeyboardInterrupt is raised here.
+    if _verbose:
+        try:
+            sys.stderr.write(text.decode("utf-8", errors="replace"))
+        except Exception:
+            pass
+
+
+def set_verbose(verbose: bool) -> None:
+    """Show llama.cpp's own log on stderr (off by default)."""
+    global _verbose
+    _verbose = verbose
+
+
+def ensure_init() -> None:
+    """Route llama.cpp's log through this module and initialise its backends (once a process)."""
+    global _initialised
+    with _init_lock:
+        if not _initialised:
+            with HeldInterrupt():
+                llama.llama_log_set(_log_callback, ctypes.c_void_p(0))
+                llama.llama_backend_init()
+            _initialised = True
+
+
+@functools.cache
+def gpu_offload_supported() -> bool:
+    """True when this llama.cpp build has a device to offload layers to (CUDA, Metal, Vulkan, ...)."""
+    return bool(llama.llama_supports_gpu_offload())
+
+
+@functools.cache
+def batch_invariant_kernels() -> bool:
+    """True when llama.cpp's CPU matmuls give a token the same logits whatever its batch holds,
+    for every weight type: a CPU backend without llamafile's tinyBLAS (see ggufspec.llama.kernels).
+    With tinyBLAS only Q8_0/Q4_0/Q4_1 weights are batch-invariant (measured)."""
+    return b"LLAMAFILE = 1" not in llama.llama_print_system_info()
+
+
+class HeldInterrupt:
+    """`with HeldInterrupt() as held:` around a llama.cpp call that may call back into Python.
+
+    Inside, SIGINT only sets `held.requested`; on leaving, the SIGINT handler it replaced runs
+    (Python's default raises KeyboardInterrupt). Signals reach only the main thread, so in another
+    thread, or when SIGINT has no Python handler (ignored, or the default action), it does nothing.
+    """
+
+    __slots__ = ("requested", "_previous")
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _hold(self, signum: int, frame: object) -> None:
+        self.requested = True
+
+    def __enter__(self) -> HeldInterrupt:
+        if threading.get_ident() == _MAIN_THREAD:
+            previous = _getsignal(signal.SIGINT)
+            if callable(previous):
+                _setsignal(signal.SIGINT, self._hold)
+                self._previous = previous
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        previous, self._previous = self._previous, None
+        if previous is not None:
+            _setsignal(signal.SIGINT, previous)
+            if self.requested:
+                previous(signal.SIGINT, None)  # the default handler raises KeyboardInterrupt
+
+
+def load_model(path: Path, params: Any) -> Any:
+    """llama_model_load_from_file(path, params) that Ctrl-C aborts (through the load's progress
+    callback) with KeyboardInterrupt. Returns the model pointer, NULL when llama.cpp failed."""
+    ensure_init()
+    ptr = None
+    try:
+        with HeldInterrupt() as held:
+            # returning False aborts the load (this replaces llama.cpp's progress dots in its log)
+            progress = llama.llama_progress_callback(lambda fraction, user_data: not held.requested)
+            params.progress_callback = progress
+            ptr = llama.llama_model_load_from_file(os.fsencode(path), params)
+    except KeyboardInterrupt:
+        if ptr:
+            free_model(ptr)
+        raise
+    return ptr
+
+
+def new_context(model_ptr: Any, params: Any) -> Any:
+    """llama_init_from_model(model_ptr, params) with Ctrl-C held until it returns (then
+    KeyboardInterrupt). Returns the context pointer, NULL when llama.cpp failed."""
+    ctx = None
+    try:
+        with HeldInterrupt():
+            ctx = llama.llama_init_from_model(model_ptr, params)
+    except KeyboardInterrupt:
+        if ctx:
+            free_context(ctx)
+        raise
+    return ctx
+
+
+def free_model(ptr: Any) -> None:
+    """llama_model_free (it logs) with Ctrl-C held until it returns."""
+    with HeldInterrupt():
+        llama.llama_model_free(ptr)
+
+
+def free_context(ptr: Any) -> None:
+    """llama_free (it logs its buffers) with Ctrl-C held until it returns."""
+    with HeldInterrupt():
+        llama.llama_free(ptr)
