@@ -12,7 +12,6 @@ written atomically: an interrupted quantization never leaves a file that looks f
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ggufspec.errors import UserError
+from ggufspec.hub import sha256_file
 
 # The default pair, chosen by measurement on a 2-core CPU (see models/default.toml). "auto" is the
 # most precise encoding whose greedy output this llama.cpp build keeps token-identical to the target
@@ -83,11 +83,7 @@ def file_sha256(path: Path) -> str:
         known = {}
     if key in known:
         return known[key]
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    digest = h.hexdigest()
+    digest = sha256_file(path)
     known[key] = digest
     side.parent.mkdir(parents=True, exist_ok=True)
     tmp = side.with_name(f".sha256.{os.getpid()}.tmp")

@@ -13,7 +13,6 @@ Split models (`name-00001-of-00003.gguf`) are read shard by shard; metadata come
 from __future__ import annotations
 
 import mmap
-import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from ggufspec.errors import UserError
+from ggufspec.shards import local_shards
 
 # ---- results -------------------------------------------------------------------------------
 
@@ -255,23 +255,6 @@ class _Header:
         self.data_start = (off + align - 1) // align * align
 
 
-_SHARD = re.compile(r"^(?P<prefix>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$")
-
-
-def _shard_paths(path: Path) -> list[Path]:
-    m = _SHARD.match(path.name)
-    if not m:
-        return [path]
-    n = int(m.group("n"))
-    paths = [path.with_name(f"{m.group('prefix')}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
-    missing = [p.name for p in paths if not p.is_file()]
-    if missing:
-        raise UserError(
-            f"split model {path.name} is missing shard(s) {', '.join(missing)}; download all {n} files into {path.parent}"
-        )
-    return paths
-
-
 def _open(path: Path | str, *, decode_arrays: frozenset[str] = frozenset()) -> list[_Header]:
     path = Path(path)
     if not path.exists():
@@ -279,7 +262,7 @@ def _open(path: Path | str, *, decode_arrays: frozenset[str] = frozenset()) -> l
     if not path.is_file():
         raise UserError(f"{path} is not a file; give the path of a .gguf model file")
     headers = []
-    for i, p in enumerate(_shard_paths(path)):
+    for i, p in enumerate(local_shards(path)):
         try:
             headers.append(_Header(p, decode_arrays=decode_arrays if i == 0 else frozenset()))
         except _Truncated:

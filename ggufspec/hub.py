@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ggufspec.errors import UserError
+from ggufspec.shards import split_info
 
 __all__ = [
     "DEFAULT_QUANTS",
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 #: Tried in order when a ref names no quant and the repo holds several models (llama.cpp's order).
 DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")
 
-_SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 _QUANT_LABEL = re.compile(
     r"(?:^|[-._])((?:UD-)?(?:I?Q\d+(?:_[A-Z0-9]+)*|TQ\d_\d|BF16|F16|F32|FP16|FP32|MXFP4(?:_MOE)?))$",
     re.IGNORECASE,
@@ -62,17 +62,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 # --------------------------------------------------------------------------- choosing a file
-
-
-def split_info(path: str) -> tuple[str, int, int] | None:
-    """``(prefix, number, count)`` of a llama.cpp shard name, else None.
-
-    ``"a/m-Q4_K_M-00002-of-00003.gguf"`` -> ``("a/m-Q4_K_M", 2, 3)``.
-    """
-    m = _SPLIT.match(path)
-    if m is None:
-        return None
-    return m["prefix"], int(m["no"]), int(m["count"])
 
 
 def _is_model_file(path: str) -> bool:
@@ -472,12 +461,9 @@ def _discard(local: Path) -> None:
 
 
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
+    """Hex sha256 of a file (the one definition: Hub checks, ``pull``, embedded-model cache names)."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 # --------------------------------------------------------------------------- errors

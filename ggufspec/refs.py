@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal, Union
 
 from ggufspec.errors import UserError
+from ggufspec.shards import local_shards
 
 __all__ = [
     "EmbeddedRef",
@@ -39,7 +40,6 @@ FORMS = "./file.gguf, owner/repo:QUANT, owner/repo/file.gguf (optionally @REVISI
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
 _REPO = re.compile(rf"^(?P<owner>{_NAME})/(?P<name>{_NAME})$")
 _QUANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-_SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -166,25 +166,6 @@ class ResolvedModel:
     def path(self) -> Path:
         """The file to hand to llama.cpp: the model, or the first shard of a split one."""
         return self.paths[0]
-
-
-def local_shards(path: Path) -> tuple[Path, ...]:
-    """All shards of the split model ``path`` belongs to, first first; ``(path,)`` if not split.
-
-    Raises:
-        UserError: a shard is missing.
-    """
-    m = _SHARD.match(path.name)
-    if m is None or int(m["count"]) <= 1:
-        return (path,)
-    count = int(m["count"])
-    width = len(m["no"])
-    shards = tuple(path.with_name(f"{m['prefix']}-{i:0{width}d}-of-{m['count']}.gguf") for i in range(1, count + 1))
-    missing = [s.name for s in shards if not s.is_file()]
-    if missing:
-        raise UserError(f"split model {path.name} has {count} shards but {', '.join(missing)} "
-                        f"{'is' if len(missing) == 1 else 'are'} missing from {path.parent}")
-    return shards
 
 
 def resolve_model(ref: str, *, offline: bool = False, progress: bool = True, verify: bool = False) -> ResolvedModel:

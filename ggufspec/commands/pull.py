@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ggufspec.hub import sha256_file
     from ggufspec.refs import resolve_model
 
     if bool(args.refs) == bool(args.pair):
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     for ref in refs:
         resolved = resolve_model(ref, offline=args.offline, progress=not args.no_progress, verify=True)
         digests = list(resolved.sha256) + [None] * (len(resolved.paths) - len(resolved.sha256))
-        sha = [d or _sha256(p) for p, d in zip(resolved.paths, digests)]
+        sha = [d or sha256_file(p) for p, d in zip(resolved.paths, digests)]
         sizes = [p.stat().st_size for p in resolved.paths]
         models.append({"ref": ref, "paths": [str(p) for p in resolved.paths], "bytes": sum(sizes),
                        "sha256": sha, "sizes": sizes})
@@ -90,12 +91,6 @@ def run(args: argparse.Namespace) -> int:
     if vocab is not None and vocab["compatible"] is False:
         return 1
     return 0
-
-
-def _sha256(path: Path) -> str:
-    from ggufspec.hub import sha256_file
-
-    return sha256_file(path)
 
 
 def _human(n: int) -> str:
