@@ -260,7 +260,7 @@ class _Header:
     def _parse(self) -> None:
         magic, off = self._u32(0)
         if magic != GGUF_MAGIC:
-            raise UserError(f"{self.path} is not a GGUF file (no GGUF magic); give a .gguf model file")
+            raise _not_gguf(self.path)
         version, off = self._u32(off)
         if version not in (2, 3):
             raise UserError(f"{self.path} is GGUF version {version}; only versions 2 and 3 are supported")
@@ -295,6 +295,31 @@ class _Header:
         self.data_start = (off + align - 1) // align * align
 
 
+def _not_gguf(path: Path) -> UserError:
+    return UserError(f"{path} is not a GGUF file (it does not start with the GGUF magic); name a .gguf model file")
+
+
+def _unreadable(path: Path, exc: OSError) -> UserError:
+    if isinstance(exc, PermissionError):
+        return UserError(f"cannot read {path}: permission denied; check the file's permissions")
+    return UserError(f"cannot read {path}: {exc.strerror or exc}; check the file")
+
+
+def check_gguf_magic(path: Path) -> None:
+    """Refuse a file that does not start with the GGUF magic (reads its first 4 bytes only).
+
+    Raises:
+        UserError: the file is not GGUF, or cannot be read.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    if len(head) < 4 or struct.unpack("<I", head)[0] != GGUF_MAGIC:
+        raise _not_gguf(path)
+
+
 def _open(path: Path | str, *, decode_arrays: frozenset[str] = frozenset()) -> list[_Header]:
     path = Path(path)
     if not path.exists():
@@ -307,10 +332,8 @@ def _open(path: Path | str, *, decode_arrays: frozenset[str] = frozenset()) -> l
             headers.append(_Header(p, decode_arrays=decode_arrays if i == 0 else frozenset()))
         except _Corrupt as exc:
             raise UserError(f"{p} is truncated or corrupt: {exc}; download it again") from None
-        except PermissionError:
-            raise UserError(f"cannot read {p}: permission denied; check the file's permissions") from None
         except OSError as exc:
-            raise UserError(f"cannot read {p}: {exc.strerror or exc}; check the file") from None
+            raise _unreadable(p, exc) from None
     return headers
 
 

@@ -181,7 +181,8 @@ def resolve_model(ref: str, *, offline: bool = False, progress: bool = True, ver
         The local files, first shard first.
 
     Raises:
-        UserError: bad reference, missing local file or shard, or any Hub failure (see ``ggufspec.hub``).
+        UserError: bad reference, missing local file or shard, a local file that is not GGUF, or any Hub
+            failure (see ``ggufspec.hub``).
     """
     parsed = parse_ref(ref)
     if isinstance(parsed, LocalRef):
@@ -190,7 +191,12 @@ def resolve_model(ref: str, *, offline: bool = False, progress: bool = True, ver
             raise UserError(f"model file not found: {path}; check the path, or use owner/repo:QUANT for the Hub")
         if not path.is_file():
             raise UserError(f"{path} is not a file; name a .gguf file")
-        return ResolvedModel(ref, local_shards(path), "local")
+        from ggufspec.ggufinfo import check_gguf_magic
+
+        shards = local_shards(path)
+        for shard in shards:
+            check_gguf_magic(shard)
+        return ResolvedModel(ref, shards, "local")
     if isinstance(parsed, EmbeddedRef):
         try:
             from ggufspec.embedded import resolve_embedded

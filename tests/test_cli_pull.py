@@ -80,6 +80,19 @@ def test_pull_errors_are_one_line_exit_2(fake_hub: HubServer, hub_files: HubFile
     assert re.match(message, err.strip()), err
 
 
+@pytest.mark.parametrize("content", [b"root:x:0:0:root:/root:/bin/bash\n", b"", b"GGU"])
+def test_pull_refuses_a_local_file_that_is_not_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str], content: bytes) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "passwd").write_bytes(content)
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a" / "b")
+    code, out, err = run_cli(["pull", "../../etc/passwd"], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == ("error: ../../etc/passwd is not a GGUF file (it does not start with the GGUF magic); "
+                           "name a .gguf model file"), err
+
+
 def test_pull_offline_from_the_cache_with_the_server_down(fake_hub: HubServer, hub_files: HubFiles,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     serve(fake_hub, hub_files)

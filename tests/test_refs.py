@@ -95,6 +95,14 @@ def test_resolve_local_shard_gives_every_shard_first_first(tmp_path: Path) -> No
         resolve_model(str(shards[0]))
 
 
+def test_resolve_refuses_a_local_file_that_is_not_gguf(tmp_path: Path) -> None:
+    shards = [tmp_path / f"m-{i:05d}-of-00002.gguf" for i in (1, 2)]
+    shards[0].write_bytes(b"GGUF")
+    shards[1].write_bytes(b"<html>")  # a shard saved from an error page
+    with pytest.raises(UserError, match=r"m-00002-of-00002\.gguf is not a GGUF file \(it does not start with"):
+        resolve_model(str(shards[0]))
+
+
 def test_resolve_missing_local_file_names_it(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=f"model file not found: {tmp_path / 'nope.gguf'}"):
         resolve_model(str(tmp_path / "nope.gguf"))
