@@ -40,6 +40,8 @@ __all__ = [
     "RepoListing",
     "Variant",
     "available_quants",
+    "check_repo_id",
+    "check_revision",
     "fetch",
     "gguf_variants",
     "list_repo",
@@ -59,6 +61,56 @@ _QUANT_LABEL = re.compile(
 )
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# What `git check-ref-format` refuses anywhere in a branch or tag name (a commit hash passes).
+_REV_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
+
+
+# --------------------------------------------------------------------------- names
+
+
+def check_repo_id(repo_id: str, *, ref: str | None = None) -> None:
+    """Refuse a repo name the Hub cannot have (``huggingface_hub.utils.validate_repo_id``'s rules).
+
+    Args:
+        repo_id: ``owner/name``.
+        ref: the model reference it came from, for the message.
+
+    Raises:
+        UserError: not ``owner/name`` of letters, digits, ``-``, ``_``, ``.`` (no ``--``, ``..``, ...).
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        if repo_id.count("/") != 1:
+            raise HFValidationError(f"Repo id must be in the form 'namespace/repo_name': '{repo_id}'.")
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        where = f" in {ref!r}" if ref else ""
+        raise UserError(f"bad repo name {repo_id!r}{where}: {exc} Write owner/repo as huggingface.co shows it") from None
+
+
+def check_revision(revision: str, *, ref: str | None = None) -> None:
+    """Refuse a revision that is no branch, tag or commit name git allows.
+
+    A revision becomes a path under the cache's ``refs/`` folder, so besides git's rules (no
+    ``..``, no control characters, space or any of ``~^:?*[\\``, no ``@{``, no component starting
+    with ``.`` or ending with ``.lock``, no ``//``, not ending with ``/`` or ``.``) it must not start
+    with ``/``: it can never name a file outside the cache.
+
+    Args:
+        revision: a branch, tag or commit.
+        ref: the model reference it came from, for the message.
+
+    Raises:
+        UserError: the revision breaks one of these rules.
+    """
+    parts = revision.split("/")
+    if (not revision or revision == "@" or _REV_FORBIDDEN.search(revision) or revision.startswith("/")
+            or revision.endswith(("/", ".")) or any(p.startswith(".") or p.endswith(".lock") for p in parts)):
+        where = f" in {ref!r}" if ref else ""
+        raise UserError(f"bad revision {revision!r}{where}: a revision is a branch, tag or commit hash as git allows "
+                        "(no '..', no leading '/', no spaces, control characters or any of ~^:?*[\\); "
+                        "write e.g. @main, @v1.0 or @<40-hex commit>")
 
 
 # --------------------------------------------------------------------------- choosing a file
@@ -250,6 +302,8 @@ def _cached_listing(repo_id: str, revision: str) -> RepoListing | None:
             commit = ref.read_text().strip()
         except OSError:
             return None
+        if not _COMMIT.match(commit):  # a refs file holds a commit hash, nothing else
+            return None
     snapshot = storage / "snapshots" / commit
     if not snapshot.is_dir():
         return None
@@ -280,7 +334,9 @@ def list_repo(repo_id: str, *, revision: str | None = None, offline: bool = Fals
     Raises:
         UserError: repo or revision not found, access refused, Hub unreachable and nothing cached.
     """
+    check_repo_id(repo_id)
     rev = revision or "main"
+    check_revision(rev)
     if _offline(offline):
         cached = _cached_listing(repo_id, rev)
         if cached is None:

@@ -132,19 +132,27 @@ def _parse_hub(text: str) -> HubRef | None:
     parts = base.split("/")
     if len(parts) < 2:
         return None
+    filename: str | None = None
+    quant = ""
     if len(parts) == 2:
         repo, _, quant = parts[1].partition(":")
         repo_id = f"{parts[0]}/{repo}"
-        if not _REPO.match(repo_id):
+    else:
+        repo_id, filename = f"{parts[0]}/{parts[1]}", "/".join(parts[2:])
+        if not filename.lower().endswith(".gguf"):
             return None
+    if not _REPO.match(repo_id) and base.lower().endswith(".gguf"):
+        return None  # a (missing) local file such as dir/my model.gguf, not a Hub name
+    from ggufspec.hub import check_repo_id, check_revision  # huggingface_hub is imported lazily
+
+    check_repo_id(repo_id, ref=text)
+    if revision:
+        check_revision(revision, ref=text)
+    if filename is None:
         if ":" in parts[1] and not _QUANT.match(quant):
             raise UserError(f"bad quant {quant!r} in {text!r}; write owner/repo:QUANT, e.g. owner/repo:Q4_K_M")
         return HubRef(repo_id, quant or None, None, revision or None)
-    repo_id = f"{parts[0]}/{parts[1]}"
-    filename = "/".join(parts[2:])
-    if not _REPO.match(repo_id) or not filename.lower().endswith(".gguf"):
-        return None
-    if any(p in ("", ".", "..") for p in parts[2:]) or ":" in repo_id:
+    if any(p in ("", ".", "..") for p in parts[2:]):
         raise UserError(f"bad file path in {text!r}; write owner/repo/path/file.gguf")
     return HubRef(repo_id, None, filename, revision or None)
 

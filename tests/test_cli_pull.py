@@ -93,6 +93,25 @@ def test_pull_refuses_a_local_file_that_is_not_gguf(tmp_path: Path, monkeypatch:
                            "name a .gguf model file"), err
 
 
+def test_pull_offline_refuses_a_revision_that_climbs_out_of_the_cache(
+        fake_hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a refs file and a snapshot outside the Hugging Face cache, where ../../../outside/ref would lead
+    from huggingface_hub import constants
+
+    storage = Path(constants.HF_HUB_CACHE) / "models--acme--tiny-GGUF"
+    (storage / "refs").mkdir(parents=True)
+    outside = (storage / "refs" / "../../../outside").resolve()
+    outside.mkdir(parents=True)
+    commit = "c" * 40
+    (outside / "ref").write_text(commit)
+    (storage / "snapshots" / commit).mkdir(parents=True)
+    (storage / "snapshots" / commit / "m-Q4_0.gguf").write_bytes(b"GGUF")
+    code, out, err = run_cli(["pull", "--offline", f"{REPO}:Q4_0@../../../outside/ref"], capsys)
+    assert code == 2 and out == ""
+    assert re.fullmatch(r"error: bad revision '\.\./\.\./\.\./outside/ref' in 'acme/tiny-GGUF:Q4_0@\.\./\.\./\.\./outside/ref': "
+                        r"[^\n]*branch, tag or commit[^\n]*", err.strip()), err
+
+
 def test_pull_offline_from_the_cache_with_the_server_down(fake_hub: HubServer, hub_files: HubFiles,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     serve(fake_hub, hub_files)
