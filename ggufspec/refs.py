@@ -206,10 +206,8 @@ def resolve_model(ref: str, *, offline: bool = False, progress: bool = True, ver
             check_gguf_magic(shard)
         return ResolvedModel(ref, shards, "local")
     if isinstance(parsed, EmbeddedRef):
-        try:
-            from ggufspec.embedded import resolve_embedded
-        except ImportError as exc:  # pragma: no cover - the engine ships it
-            raise UserError(f"embedded models are unavailable in this installation ({exc})") from exc
+        from ggufspec.embedded import resolve_embedded
+
         return ResolvedModel(ref, (Path(resolve_embedded(parsed.name, parsed.quant)),), "embedded")
     from ggufspec import hub
 

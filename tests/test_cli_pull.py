@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import ggufspec.ggufinfo
+import ggufspec.vocab
 from ggufspec.cli import main
 from hub_server import HubFiles, HubServer, sha256_of
 from hub_server import fake_hub, hub_files  # noqa: F401  (fixtures)
@@ -156,13 +157,8 @@ class FakeVocab:
 @pytest.fixture
 def fake_vocab(monkeypatch: pytest.MonkeyPatch) -> FakeVocab:
     fake = FakeVocab()
-    for module, attr in (("ggufspec.ggufinfo", "read_vocab"), ("ggufspec.vocab", "compare_vocab")):
-        try:
-            monkeypatch.setattr(__import__(module, fromlist=[attr]), attr, getattr(fake, attr))
-        except ImportError:  # not in this tree yet: install a module holding the stand-in
-            stub = types.ModuleType(module)
-            setattr(stub, attr, getattr(fake, attr))
-            monkeypatch.setitem(sys.modules, module, stub)
+    monkeypatch.setattr(ggufspec.ggufinfo, "read_vocab", fake.read_vocab)
+    monkeypatch.setattr(ggufspec.vocab, "compare_vocab", fake.compare_vocab)
     return fake
 
 
@@ -190,7 +186,6 @@ def test_pull_pair_checks_vocabularies_once_both_files_are_present(
 
 def test_pull_pair_with_the_real_vocabulary_checker(fake_hub: HubServer, hub_files: HubFiles, tiny_catalog: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("ggufspec.vocab")
     serve(fake_hub, hub_files)
     code, out, _ = run_cli(["pull", "--json", "--no-progress", "--pair", "tiny"], capsys)
     vocab = json.loads(out)["vocab"]

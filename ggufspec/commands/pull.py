@@ -82,12 +82,9 @@ def run(args: argparse.Namespace) -> int:
             for path, size, digest in zip(m["paths"], m["sizes"], m["sha256"]):
                 print(f"  {path}")
                 print(f"    {size:,} bytes  sha256 {digest}")
-        if pair is not None:
-            if vocab is None:
-                print("vocab: not checked (this installation has no vocabulary checker)")
-            else:
-                flag = "" if vocab["compatible"] else "INCOMPATIBLE: "
-                print(f"vocab: {flag}{vocab['message']}")
+        if vocab is not None:
+            flag = "" if vocab["compatible"] else "INCOMPATIBLE: "
+            print(f"vocab: {flag}{vocab['message']}")
     if vocab is not None and vocab["compatible"] is False:
         return 1
     return 0
@@ -102,14 +99,11 @@ def _human(n: int) -> str:
     return f"{n} B"  # unreachable
 
 
-def _vocab_check(target: Path, draft: Path) -> dict[str, Any] | None:
-    """The vocabulary verdict (``ggufspec.vocab``) as a dict, or None if this installation lacks it."""
-    try:
-        from ggufspec.ggufinfo import read_vocab
-        from ggufspec.vocab import compare_vocab
-    except ImportError:
-        return None
-    verdict = compare_vocab(target=read_vocab(target), draft=read_vocab(draft))
+def _vocab_check(target: Path, draft: Path) -> dict[str, Any]:
+    """The vocabulary verdict (``ggufspec.vocab``) as a dict."""
+    from ggufspec import ggufinfo, vocab
+
+    verdict = vocab.compare_vocab(target=ggufinfo.read_vocab(target), draft=ggufinfo.read_vocab(draft))
     return {
         "status": getattr(verdict, "status", None),
         "compatible": bool(getattr(verdict, "ok", True)),
