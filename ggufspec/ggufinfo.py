@@ -567,7 +567,9 @@ def read_model_info(path: Path | str) -> ModelInfo:
     elif isinstance(pattern, np.ndarray) and pattern.size == n_layer and pattern.dtype.kind in "biu":
         swa = tuple(bool(v) for v in pattern.tolist())
     else:
-        period = _SWA_PERIOD.get(arch, 0) if isinstance(pattern, np.ndarray) else keys.int(pattern_key, _SWA_PERIOD.get(arch, 0))
+        period = _SWA_PERIOD.get(arch, 0)
+        if not isinstance(pattern, np.ndarray):  # a period, or none: llama.cpp's per-architecture one
+            period = keys.int(pattern_key, period)
         swa = tuple(period == 0 or (il % period < period - 1) for il in range(n_layer))
     hd_k_swa = key("attention.key_length_swa", hd_k)
     hd_v_swa = key("attention.value_length_swa", hd_v)

@@ -86,7 +86,8 @@ def check_repo_id(repo_id: str, *, ref: str | None = None) -> None:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
         where = f" in {ref!r}" if ref else ""
-        raise UserError(f"bad repo name {repo_id!r}{where}: {exc} Write owner/repo as huggingface.co shows it") from None
+        raise UserError(f"bad repo name {repo_id!r}{where}: {exc} Write owner/repo as huggingface.co "
+                        "shows it") from None
 
 
 def check_revision(revision: str, *, ref: str | None = None) -> None:
