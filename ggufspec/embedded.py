@@ -7,19 +7,24 @@ the cost profile of a slow high-precision target and a cheap low-bit draft of on
 
 Derived files live in the cache (GGUFSPEC_CACHE, else $XDG_CACHE_HOME/ggufspec, else
 ~/.cache/ggufspec), named by the source's sha256, the quant and the llama.cpp build, and are
-written atomically: an interrupted quantization never leaves a file that looks finished.
+written atomically: an interrupted quantization never leaves a file that looks finished, and its
+temp file goes too (at once on SIGTERM or Ctrl-C; after a SIGKILL, on the next derivation).
 """
 
 from __future__ import annotations
 
-import hashlib
+import glob
 import json
 import os
+import re
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from ggufspec.errors import UserError
+from ggufspec.hub import sha256_file
 from ggufspec.paths import cache_dir
 
 # The default pair, chosen by measurement on a 2-core CPU (see ggufspec/pairs/default.toml). "auto" is the
@@ -79,11 +84,7 @@ def file_sha256(path: Path) -> str:
         known = {}
     if key in known:
         return known[key]
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    digest = h.hexdigest()
+    digest = sha256_file(path)
     known[key] = digest
     side.parent.mkdir(parents=True, exist_ok=True)
     tmp = side.with_name(f".sha256.{os.getpid()}.tmp")
@@ -110,16 +111,99 @@ def resolve_embedded(name: str, quant: str) -> Path:
     quant = resolve_quant(quant)
     if quant == model.shipped_quant:
         return src
-    from ggufspec.llama.quantize import FTYPES, quantize  # only deriving needs llama.cpp
-    import llama_cpp
+    from ggufspec.llama.kernels import installed_version
+    from ggufspec.llama.quantize import FTYPES  # only deriving needs llama.cpp
 
     if quant not in FTYPES:
         raise UserError(f"unknown quantization {quant!r}; choose one of: {', '.join(sorted(FTYPES))}")
     digest = file_sha256(src)[:16]
-    dst = cache_dir() / "embedded" / f"{name}.{quant}.{digest}.llama-cpp-{llama_cpp.__version__}.gguf"
+    dst = cache_dir() / "embedded" / f"{name}.{quant}.{digest}.llama-cpp-{installed_version()}.gguf"
     if not dst.is_file():
-        quantize(src=src, dst=dst, ftype=quant)
+        _derive(src=src, dst=dst, ftype=quant)
     return dst
+
+
+# ---- deriving: llama.cpp's quantizer writes `.{dst.name}.{pid}.tmp` beside dst, then renames it.
+# A long C call does not let Python run a signal handler, so the quantizer runs in a worker thread
+# while the main thread waits: SIGTERM or Ctrl-C then removes the temp file at once. A process
+# killed outright (SIGKILL) cannot clean up; the next derivation removes temp files of dead pids.
+
+_TEMP = re.compile(r"^\..+\.(?P<pid>\d+)\.tmp$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _remove_stale_temps(directory: Path) -> None:
+    """Remove the temp files (``.NAME.PID.tmp``) in ``directory`` whose process is gone."""
+    for p in directory.glob(".*.tmp"):
+        m = _TEMP.match(p.name)
+        if m and int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"])):
+            p.unlink(missing_ok=True)
+
+
+def _remove_own_temps(dst: Path) -> None:
+    for p in dst.parent.glob(f".{glob.escape(dst.name)}.{os.getpid()}.tmp"):
+        p.unlink(missing_ok=True)
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived while deriving: unwind, remove the temp file, then die by the signal."""
+
+
+def _derive(*, src: Path, dst: Path, ftype: str) -> None:
+    """Re-encode src into dst (atomically); on SIGTERM or Ctrl-C no temp file is left behind."""
+    from ggufspec.llama.quantize import quantize
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(dst.parent)
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        try:
+            quantize(src=src, dst=dst, ftype=ftype)
+        finally:
+            _remove_own_temps(dst)
+        return
+
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # for the main thread
+        try:
+            quantize(src=src, dst=dst, ftype=ftype)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            failure.append(exc)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise _Terminated()
+
+    own_term = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # else the installed handler decides
+    if own_term:
+        signal.signal(signal.SIGTERM, on_term)
+    worker = threading.Thread(target=work, name="ggufspec-quantize", daemon=True)
+    try:
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.1)  # wakes for signals, which run their handlers here
+    except _Terminated:
+        _remove_own_temps(dst)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)  # die by the signal, as without us
+        raise  # pragma: no cover - not reached
+    except BaseException:  # Ctrl-C (KeyboardInterrupt) or the installed SIGTERM handler's exception
+        _remove_own_temps(dst)
+        raise
+    finally:
+        if own_term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if failure:
+        raise failure[0]
 
 
 def resolve_quant(quant: str) -> str:

@@ -12,8 +12,8 @@ Split models (`name-00001-of-00003.gguf`) are read shard by shard; metadata come
 
 from __future__ import annotations
 
+import math
 import mmap
-import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGUF_MAGIC, GGMLQuantizationType, GGUFValueType, LlamaFileType
 
 from ggufspec.errors import UserError
+from ggufspec.shards import local_shards
 
 # ---- results -------------------------------------------------------------------------------
 
@@ -105,7 +106,7 @@ class ModelInfo:
 
     @property
     def n_params(self) -> int:
-        return sum(int(np.prod(t.shape, dtype=np.int64)) for t in self.tensors)
+        return sum(math.prod(t.shape) for t in self.tensors)
 
 
 # ---- the GGUF header reader ----------------------------------------------------------------
@@ -148,67 +149,97 @@ class _Skipped:
         return self.n
 
 
-class _Truncated(Exception):
-    pass
+class _Corrupt(Exception):
+    """The header contradicts the file: the message says what, and where."""
+
+
+# Fewest bytes one header entry can take, to bound counts by the file size before looping:
+_MIN_KV = 8 + 4 + 1  # key length, value type, a one-byte value
+_MIN_TENSOR = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
+_MIN_ARRAY = 4 + 8  # a nested array's item type and count
+_MAX_DIMS = 4  # GGML_MAX_DIMS
+_MAX_NESTING = 8  # arrays of arrays: real files nest one level at most
 
 
 class _Header:
-    """GGUF key/values and tensor infos of one file, parsed from a memory map."""
+    """GGUF key/values and tensor infos of one file, parsed from a memory map.
+
+    Every length and count is checked against the bytes left in the file before it is used, so a
+    corrupt header is a `_Corrupt` naming the field, never a huge allocation or an overflow.
+    """
 
     def __init__(self, path: Path, *, decode_arrays: frozenset[str] = frozenset()) -> None:
         self.path = path
         self.file_bytes = path.stat().st_size
         if self.file_bytes < 24:
-            raise _Truncated()
+            raise _Corrupt(f"it has {self.file_bytes} bytes, fewer than a GGUF header's 24")
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             self._buf = mm
             self._decode = decode_arrays
             try:
                 self._parse()
-            except (struct.error, IndexError, ValueError) as exc:
-                raise _Truncated() from exc
             finally:
                 del self._buf
 
+    def _end(self, off: int, n: int, what: str) -> int:
+        """off + n, where `what` (n bytes from off) must lie inside the file."""
+        if n > self.file_bytes - off:
+            raise _Corrupt(f"{what} at offset {off} runs past the end of the file ({self.file_bytes} bytes)")
+        return off + n
+
     def _u32(self, off: int) -> tuple[int, int]:
-        return struct.unpack_from("<I", self._buf, off)[0], off + 4
+        end = self._end(off, 4, "a 4-byte field")
+        return struct.unpack_from("<I", self._buf, off)[0], end
 
     def _u64(self, off: int) -> tuple[int, int]:
-        return struct.unpack_from("<Q", self._buf, off)[0], off + 8
+        end = self._end(off, 8, "an 8-byte field")
+        return struct.unpack_from("<Q", self._buf, off)[0], end
 
     def _str(self, off: int) -> tuple[str, int]:
-        n, off = self._u64(off)
-        end = off + n
-        if end > len(self._buf):
-            raise _Truncated()
-        return bytes(self._buf[off:end]).decode("utf-8", errors="surrogateescape"), end
+        n, start = self._u64(off)
+        if n > self.file_bytes - start:
+            raise _Corrupt(f"a string length of {n} bytes at offset {off} runs past the end of the file "
+                           f"({self.file_bytes} bytes)")
+        return bytes(self._buf[start:start + n]).decode("utf-8", errors="surrogateescape"), start + n
 
     def _skip_strings(self, off: int, count: int) -> int:
-        buf = self._buf
+        buf, size = self._buf, self.file_bytes
         unpack = struct.unpack_from
-        for _ in range(count):
-            off += 8 + unpack("<Q", buf, off)[0]
-        if off > len(buf):
-            raise _Truncated()
+        for _ in range(count):  # hot loop (262,144 tokens for Gemma 3): one bounds check per string
+            if off > size - 8:
+                self._u64(off)  # raises, naming the offset
+            n = unpack("<Q", buf, off)[0]
+            if n > size - off - 8:
+                raise _Corrupt(f"a string length of {n} bytes at offset {off} runs past the end of the file "
+                               f"({size} bytes)")
+            off += 8 + n
         return off
 
-    def _value(self, off: int, vtype: int, key: str) -> tuple[Any, int]:
+    def _count(self, off: int, count: int, item_bytes: int, what: str) -> None:
+        """A count of items of at least `item_bytes` each must fit in the rest of the file."""
+        if count * item_bytes > self.file_bytes - off:
+            raise _Corrupt(f"an array of {count} {what} at offset {off} runs past the end of the file "
+                           f"({self.file_bytes} bytes)")
+
+    def _value(self, off: int, vtype: int, key: str, depth: int = 0) -> tuple[Any, int]:
         if vtype in _SCALARS:
             fmt = _SCALARS[vtype]
-            return struct.unpack_from(fmt, self._buf, off)[0], off + struct.calcsize(fmt)
+            end = self._end(off, struct.calcsize(fmt), f"the value of {key!r}")
+            return struct.unpack_from(fmt, self._buf, off)[0], end
         if vtype == GGUFValueType.STRING:
             return self._str(off)
         if vtype == GGUFValueType.ARRAY:
+            if depth >= _MAX_NESTING:
+                raise _Corrupt(f"{key!r} nests arrays more than {_MAX_NESTING} deep")
             itype, off = self._u32(off)
             count, off = self._u64(off)
             if itype in _NUMPY:
                 dt = np.dtype(_NUMPY[itype])
-                end = off + dt.itemsize * count
-                if end > len(self._buf):
-                    raise _Truncated()
+                self._count(off, count, dt.itemsize, f"{dt.name} values of {key!r}")
                 arr = np.frombuffer(self._buf, dtype=dt, count=count, offset=off).copy()
-                return arr, end
+                return arr, off + dt.itemsize * count
             if itype == GGUFValueType.STRING:
+                self._count(off, count, 8, f"strings of {key!r}")
                 if key not in self._decode:
                     return _Skipped(count), self._skip_strings(off, count)
                 out = []
@@ -217,24 +248,29 @@ class _Header:
                     out.append(s)
                 return out, off
             if itype == GGUFValueType.ARRAY:
+                self._count(off, count, _MIN_ARRAY, f"arrays of {key!r}")
                 out = []
                 for _ in range(count):
-                    v, off = self._value(off, GGUFValueType.ARRAY, key)
+                    v, off = self._value(off, GGUFValueType.ARRAY, key, depth + 1)
                     out.append(v)
                 return out, off
-        raise ValueError(f"unknown GGUF value type {vtype}")
+            raise _Corrupt(f"{key!r} is an array of unknown value type {itype}")
+        raise _Corrupt(f"{key!r} has unknown value type {vtype}")
 
     def _parse(self) -> None:
         magic, off = self._u32(0)
         if magic != GGUF_MAGIC:
-            raise UserError(f"{self.path} is not a GGUF file (no GGUF magic); give a .gguf model file")
+            raise _not_gguf(self.path)
         version, off = self._u32(off)
         if version not in (2, 3):
             raise UserError(f"{self.path} is GGUF version {version}; only versions 2 and 3 are supported")
         n_tensors, off = self._u64(off)
         n_kv, off = self._u64(off)
-        if n_tensors > 1 << 24 or n_kv > 1 << 24:
-            raise _Truncated()
+        room = self.file_bytes - off
+        if n_kv * _MIN_KV > room:
+            raise _Corrupt(f"the header announces {n_kv} keys, more than its {self.file_bytes} bytes can hold")
+        if n_tensors * _MIN_TENSOR > room:
+            raise _Corrupt(f"the header announces {n_tensors} tensors, more than its {self.file_bytes} bytes can hold")
         self.kv: dict[str, Any] = {}
         for _ in range(n_kv):
             key, off = self._str(off)
@@ -244,32 +280,44 @@ class _Header:
         for _ in range(n_tensors):
             name, off = self._str(off)
             n_dims, off = self._u32(off)
-            if n_dims > 8:
-                raise _Truncated()
-            dims = struct.unpack_from(f"<{n_dims}Q", self._buf, off)
-            off += 8 * n_dims
-            ttype, off = self._u32(off)
+            if n_dims > _MAX_DIMS:
+                raise _Corrupt(f"tensor {name!r} has {n_dims} dimensions (GGML allows {_MAX_DIMS})")
+            end = self._end(off, 8 * n_dims, f"the shape of tensor {name!r}")
+            dims = tuple(int(d) for d in struct.unpack_from(f"<{n_dims}Q", self._buf, off))
+            if any(d >= 1 << 63 for d in dims) or math.prod(dims) >= 1 << 63:
+                raise _Corrupt(f"tensor {name!r} has shape {list(dims)}, more elements than GGML can count")
+            ttype, off = self._u32(end)
             toff, off = self._u64(off)
-            self.raw_tensors.append((name, tuple(int(d) for d in dims), ttype, toff))
-        align = int(self.kv.get("general.alignment", 32)) or 32
+            self.raw_tensors.append((name, dims, ttype, toff))
+        align = self.kv.get("general.alignment", 32)
+        if not _is_int(align) or align <= 0 or align & (align - 1):
+            raise _Corrupt(f"general.alignment is {align!r}, not a power of two")
         self.data_start = (off + align - 1) // align * align
 
 
-_SHARD = re.compile(r"^(?P<prefix>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$")
+def _not_gguf(path: Path) -> UserError:
+    return UserError(f"{path} is not a GGUF file (it does not start with the GGUF magic); name a .gguf model file")
 
 
-def _shard_paths(path: Path) -> list[Path]:
-    m = _SHARD.match(path.name)
-    if not m:
-        return [path]
-    n = int(m.group("n"))
-    paths = [path.with_name(f"{m.group('prefix')}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
-    missing = [p.name for p in paths if not p.is_file()]
-    if missing:
-        raise UserError(
-            f"split model {path.name} is missing shard(s) {', '.join(missing)}; download all {n} files into {path.parent}"
-        )
-    return paths
+def _unreadable(path: Path, exc: OSError) -> UserError:
+    if isinstance(exc, PermissionError):
+        return UserError(f"cannot read {path}: permission denied; check the file's permissions")
+    return UserError(f"cannot read {path}: {exc.strerror or exc}; check the file")
+
+
+def check_gguf_magic(path: Path) -> None:
+    """Refuse a file that does not start with the GGUF magic (reads its first 4 bytes only).
+
+    Raises:
+        UserError: the file is not GGUF, or cannot be read.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    if len(head) < 4 or struct.unpack("<I", head)[0] != GGUF_MAGIC:
+        raise _not_gguf(path)
 
 
 def _open(path: Path | str, *, decode_arrays: frozenset[str] = frozenset()) -> list[_Header]:
@@ -279,15 +327,13 @@ def _open(path: Path | str, *, decode_arrays: frozenset[str] = frozenset()) -> l
     if not path.is_file():
         raise UserError(f"{path} is not a file; give the path of a .gguf model file")
     headers = []
-    for i, p in enumerate(_shard_paths(path)):
+    for i, p in enumerate(local_shards(path)):
         try:
             headers.append(_Header(p, decode_arrays=decode_arrays if i == 0 else frozenset()))
-        except _Truncated:
-            raise UserError(f"{p} is a truncated or corrupt GGUF file (its header is cut short); download it again") from None
-        except PermissionError:
-            raise UserError(f"cannot read {p}: permission denied; check the file's permissions") from None
+        except _Corrupt as exc:
+            raise UserError(f"{p} is truncated or corrupt: {exc}; download it again") from None
         except OSError as exc:
-            raise UserError(f"cannot read {p}: {exc.strerror or exc}; check the file") from None
+            raise _unreadable(p, exc) from None
     return headers
 
 
@@ -315,15 +361,85 @@ _BPE_PRE_ADD_BOS = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "
 _TOKEN_KEYS = frozenset({"tokenizer.ggml.tokens"})
 
 
-def _per_layer(value: Any, n_layer: int, default: int) -> tuple[int, ...]:
-    if value is None:
-        return (default,) * n_layer
+# llama.cpp's LLAMA_MAX_LAYERS: a block_count above it is no model llama.cpp loads.
+_MAX_LAYERS = 512
+
+
+def _is_int(value: Any) -> bool:
+    """An integer scalar as the header stores it (a bool is not one)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (bool, np.bool_)):
+        return "a boolean"
+    if isinstance(value, (float, np.floating)):
+        return f"the number {value}"
     if isinstance(value, np.ndarray):
-        vals = [int(v) for v in value.tolist()]
+        return f"an array of {value.size} {value.dtype.name} values"
+    if isinstance(value, (list, _Skipped)):
+        return f"an array of {len(value)} items"
+    return f"the value {value!r}"
+
+
+class _Keys:
+    """Typed access to one header's metadata: a value of the wrong type is a one-line UserError.
+
+    llama.cpp refuses a key of the wrong type too; here a flipped type byte reads as corruption.
+    """
+
+    def __init__(self, kv: dict[str, Any], path: Path) -> None:
+        self.kv = kv
+        self.path = path
+
+    def _bad(self, key: str, expected: str) -> UserError:
+        return UserError(f"{self.path} is corrupt: {key} holds {_kind(self.kv[key])} where {expected} is expected; "
+                         "download it again")
+
+    def int(self, key: str, default: int) -> int:
+        value = self.kv.get(key)
+        if value is None:
+            return default
+        if not _is_int(value):
+            raise self._bad(key, "an integer")
+        return int(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.kv.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, (bool, np.bool_)) and not _is_int(value):
+            raise self._bad(key, "a boolean")
+        return bool(value)
+
+    def text(self, key: str, default: str | None = None) -> str | None:
+        value = self.kv.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self._bad(key, "a string")
+        return value
+
+    def ints(self, key: str) -> np.ndarray | None:
+        """An integer array, or None when the key is a scalar or missing."""
+        value = self.kv.get(key)
+        if not isinstance(value, np.ndarray):
+            return None
+        if value.dtype.kind not in "iu":
+            raise self._bad(key, "an integer or an array of integers")
+        return value
+
+    def per_layer(self, key: str, n_layer: int, default: int) -> tuple[int, ...]:
+        """A per-layer value: one integer for all layers, or an array of one per layer."""
+        arr = self.ints(key)
+        if arr is None:
+            return (self.int(key, default),) * n_layer
+        vals = [int(v) for v in arr.tolist()]
         if len(vals) == n_layer:
             return tuple(vals)
         return (vals[0] if vals else default,) * n_layer
-    return (int(value),) * n_layer
 
 
 def _group(name: str) -> tuple[str, int | None]:
@@ -347,38 +463,42 @@ def _tensor_bytes(shape: tuple[int, ...], ttype: int, name: str, path: Path) -> 
             f"{path} has tensor {name!r} of unknown type {ttype}; this model needs a newer gguf package"
         ) from None
     block, size = GGML_QUANT_SIZES[qt]
-    n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    n = math.prod(shape)  # Python ints: no int64 wrap-around
     return qt.name, n // block * size
 
 
-def _vocab_from_kv(kv: dict[str, Any]) -> tuple[str, str, str | None, int | None, int | None, bool, bool, int]:
-    model = str(kv.get("tokenizer.ggml.model", "none"))
+def _vocab_from_kv(keys: _Keys) -> tuple[str, str, str | None, int | None, int | None, bool, bool, int]:
+    model = keys.text("tokenizer.ggml.model", "none")
+    assert model is not None
     vtype = _VOCAB_TYPES.get(model, model)
-    pre = kv.get("tokenizer.ggml.pre")
+    pre = keys.text("tokenizer.ggml.pre")
     bos, eos, add_bos, add_eos = _VOCAB_DEFAULTS.get(vtype, (None, None, False, False))
     if vtype == "bpe" and pre in _BPE_PRE_ADD_BOS:
         add_bos = True
-    if "tokenizer.ggml.bos_token_id" in kv:
-        bos = int(kv["tokenizer.ggml.bos_token_id"])
-    if "tokenizer.ggml.eos_token_id" in kv:
-        eos = int(kv["tokenizer.ggml.eos_token_id"])
-    if "tokenizer.ggml.add_bos_token" in kv:
-        add_bos = bool(kv["tokenizer.ggml.add_bos_token"])
-    if "tokenizer.ggml.add_eos_token" in kv:
-        add_eos = bool(kv["tokenizer.ggml.add_eos_token"])
-    tokens = kv.get("tokenizer.ggml.tokens")
-    n_vocab = len(tokens) if tokens is not None else int(kv.get(f"{kv.get('general.architecture')}.vocab_size", 0))
-    return model, vtype, (str(pre) if pre is not None else None), bos, eos, add_bos, add_eos, n_vocab
+    if "tokenizer.ggml.bos_token_id" in keys.kv:
+        bos = keys.int("tokenizer.ggml.bos_token_id", 0)
+    if "tokenizer.ggml.eos_token_id" in keys.kv:
+        eos = keys.int("tokenizer.ggml.eos_token_id", 0)
+    add_bos = keys.flag("tokenizer.ggml.add_bos_token", add_bos)
+    add_eos = keys.flag("tokenizer.ggml.add_eos_token", add_eos)
+    tokens = keys.kv.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        n_vocab = keys.int(f"{keys.kv.get('general.architecture')}.vocab_size", 0)
+    elif isinstance(tokens, (list, _Skipped)):
+        n_vocab = len(tokens)
+    else:
+        raise keys._bad("tokenizer.ggml.tokens", "an array of strings")
+    return model, vtype, pre, bos, eos, add_bos, add_eos, n_vocab
 
 
-def _file_type_name(kv: dict[str, Any]) -> str:
-    ft = kv.get("general.file_type")
-    if ft is None:
+def _file_type_name(keys: _Keys) -> str:
+    if "general.file_type" not in keys.kv:
         return "unknown"
+    ft = keys.int("general.file_type", 0)
     try:
-        return LlamaFileType(int(ft)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        return LlamaFileType(ft).name.removeprefix("MOSTLY_").removeprefix("ALL_")
     except ValueError:
-        return f"type {int(ft)}"
+        return f"type {ft}"
 
 
 def _tensors(headers: list[_Header]) -> Iterator[TensorInfo]:
@@ -411,41 +531,48 @@ def read_model_info(path: Path | str) -> ModelInfo:
     """
     headers = _open(path)
     kv = headers[0].kv
-    arch = kv.get("general.architecture")
-    if not isinstance(arch, str):
+    keys = _Keys(kv, headers[0].path)
+    arch = keys.text("general.architecture")
+    if arch is None:
         raise UserError(f"{path} has no general.architecture key; it is not a model GGUF (an adapter or a vocab file?)")
 
-    def key(name: str, default: Any = None) -> Any:
-        return kv.get(f"{arch}.{name}", default)
+    def key(name: str, default: int) -> int:
+        return keys.int(f"{arch}.{name}", default)
 
-    n_layer = int(key("block_count", 0))
-    n_embd = int(key("embedding_length", 0))
+    n_layer = key("block_count", 0)
+    n_embd = key("embedding_length", 0)
     if n_layer <= 0 or n_embd <= 0:
         raise UserError(f"{path} lacks {arch}.block_count or {arch}.embedding_length; it is not a usable model GGUF")
-    head_raw = key("attention.head_count", 0)
-    n_head_l = _per_layer(head_raw, n_layer, 0)
-    n_head = max(n_head_l) if n_head_l else 0
-    n_head_kv = _per_layer(key("attention.head_count_kv"), n_layer, 0) if key("attention.head_count_kv") is not None else n_head_l
-    n_ff_raw = key("feed_forward_length", 0)
-    n_ff = int(max(n_ff_raw)) if isinstance(n_ff_raw, np.ndarray) and n_ff_raw.size else int(n_ff_raw or 0)
+    if n_layer > _MAX_LAYERS:
+        raise UserError(f"{path} is corrupt: {arch}.block_count is {n_layer}, more than the {_MAX_LAYERS} layers "
+                        "llama.cpp allows; download it again")
+    n_head_l = keys.per_layer(f"{arch}.attention.head_count", n_layer, 0)
+    n_head = max(n_head_l)
+    n_head_kv = (keys.per_layer(f"{arch}.attention.head_count_kv", n_layer, 0)
+                 if f"{arch}.attention.head_count_kv" in kv else n_head_l)
+    n_ff_arr = keys.ints(f"{arch}.feed_forward_length")
+    n_ff = (int(n_ff_arr.max()) if n_ff_arr.size else 0) if n_ff_arr is not None else key("feed_forward_length", 0)
     default_hd = n_embd // n_head if n_head else 0
-    hd_k = int(key("attention.key_length", default_hd))
-    hd_v = int(key("attention.value_length", default_hd))
+    hd_k = key("attention.key_length", default_hd)
+    hd_v = key("attention.value_length", default_hd)
 
     # sliding window
-    n_swa = int(key("attention.sliding_window", 0) or 0)
-    pattern = key("attention.sliding_window_pattern")
+    n_swa = key("attention.sliding_window", 0)
+    pattern_key = f"{arch}.attention.sliding_window_pattern"
+    pattern = kv.get(pattern_key)
     if arch == "llama4" and n_swa == 0 and "llama4.attention.sliding_window" not in kv:
         n_swa = 8192  # llama.cpp: chunked attention, chunk 8192, unless the GGUF sets the window to 0
     if n_swa <= 0:
         swa = (False,) * n_layer
-    elif isinstance(pattern, np.ndarray) and pattern.size == n_layer:
+    elif isinstance(pattern, np.ndarray) and pattern.size == n_layer and pattern.dtype.kind in "biu":
         swa = tuple(bool(v) for v in pattern.tolist())
     else:
-        period = int(pattern) if pattern is not None and not isinstance(pattern, np.ndarray) else _SWA_PERIOD.get(arch, 0)
+        period = _SWA_PERIOD.get(arch, 0)
+        if not isinstance(pattern, np.ndarray):  # a period, or none: llama.cpp's per-architecture one
+            period = keys.int(pattern_key, period)
         swa = tuple(period == 0 or (il % period < period - 1) for il in range(n_layer))
-    hd_k_swa = int(key("attention.key_length_swa", hd_k))
-    hd_v_swa = int(key("attention.value_length_swa", hd_v))
+    hd_k_swa = key("attention.key_length_swa", hd_k)
+    hd_v_swa = key("attention.value_length_swa", hd_v)
     head_dim_k = tuple(hd_k_swa if s else hd_k for s in swa)
     head_dim_v = tuple(hd_v_swa if s else hd_v for s in swa)
 
@@ -453,7 +580,7 @@ def read_model_info(path: Path | str) -> ModelInfo:
     layer_bytes = [0] * n_layer
     input_b = output_b = other_b = 0
     for t in tensors:
-        if t.group == "layer" and t.layer is not None and t.layer < n_layer:
+        if t.group == "layer" and t.layer is not None and 0 <= t.layer < n_layer:
             layer_bytes[t.layer] += t.n_bytes
         elif t.group == "input":
             input_b += t.n_bytes
@@ -462,15 +589,15 @@ def read_model_info(path: Path | str) -> ModelInfo:
         else:
             other_b += t.n_bytes
     names = {t.name for t in tensors}
-    _, vtype, _, bos, eos, add_bos, _, n_vocab = _vocab_from_kv(kv)
+    _, vtype, _, bos, eos, add_bos, _, n_vocab = _vocab_from_kv(keys)
     paths = tuple(h.path for h in headers)
     return ModelInfo(
         path=paths[0],
         paths=paths,
         file_bytes=sum(h.file_bytes for h in headers),
-        name=kv.get("general.name"),
+        name=keys.text("general.name"),
         architecture=arch,
-        file_type=_file_type_name(kv),
+        file_type=_file_type_name(keys),
         n_layer=n_layer,
         n_embd=n_embd,
         n_ff=n_ff,
@@ -480,7 +607,7 @@ def read_model_info(path: Path | str) -> ModelInfo:
         head_dim_v=head_dim_v,
         n_swa=n_swa if any(swa) else 0,
         swa_layers=swa,
-        context_length=int(key("context_length", 0) or 0),
+        context_length=key("context_length", 0),
         vocab_size=n_vocab,
         vocab_type=vtype,
         bos_id=bos,
@@ -508,13 +635,18 @@ def read_vocab(path: Path | str) -> VocabInfo:
     Raises:
         UserError: the file is missing, unreadable, not GGUF, truncated, or has no token list.
     """
-    kv = _open(path, decode_arrays=_TOKEN_KEYS)[0].kv
-    tokens = kv.get("tokenizer.ggml.tokens")
-    if not isinstance(tokens, list):
+    header = _open(path, decode_arrays=_TOKEN_KEYS)[0]
+    keys = _Keys(header.kv, header.path)
+    tokens = keys.kv.get("tokenizer.ggml.tokens")
+    if tokens is None:
         raise UserError(f"{path} has no tokenizer.ggml.tokens; it carries no vocabulary to compare")
-    model, vtype, pre, bos, eos, add_bos, add_eos, _ = _vocab_from_kv(kv)
-    types = kv.get("tokenizer.ggml.token_type")
-    token_types = tuple(int(t) for t in types.tolist()) if isinstance(types, np.ndarray) else (1,) * len(tokens)
+    if not isinstance(tokens, list) or (tokens and not isinstance(tokens[0], str)):  # decoded: all or none str
+        raise keys._bad("tokenizer.ggml.tokens", "an array of strings")
+    model, vtype, pre, bos, eos, add_bos, add_eos, _ = _vocab_from_kv(keys)
+    types = keys.ints("tokenizer.ggml.token_type")
+    if types is None and "tokenizer.ggml.token_type" in keys.kv:
+        raise keys._bad("tokenizer.ggml.token_type", "an array of integers")
+    token_types = tuple(int(t) for t in types.tolist()) if types is not None else (1,) * len(tokens)
     return VocabInfo(
         model=model,
         vocab_type=vtype,

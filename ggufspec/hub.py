@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ggufspec.errors import UserError
+from ggufspec.shards import split_info
 
 __all__ = [
     "DEFAULT_QUANTS",
@@ -39,6 +40,8 @@ __all__ = [
     "RepoListing",
     "Variant",
     "available_quants",
+    "check_repo_id",
+    "check_revision",
     "fetch",
     "gguf_variants",
     "list_repo",
@@ -52,27 +55,66 @@ log = logging.getLogger(__name__)
 #: Tried in order when a ref names no quant and the repo holds several models (llama.cpp's order).
 DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")
 
-_SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 _QUANT_LABEL = re.compile(
     r"(?:^|[-._])((?:UD-)?(?:I?Q\d+(?:_[A-Z0-9]+)*|TQ\d_\d|BF16|F16|F32|FP16|FP32|MXFP4(?:_MOE)?))$",
     re.IGNORECASE,
 )
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# What `git check-ref-format` refuses anywhere in a branch or tag name (a commit hash passes).
+_REV_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
+
+
+# --------------------------------------------------------------------------- names
+
+
+def check_repo_id(repo_id: str, *, ref: str | None = None) -> None:
+    """Refuse a repo name the Hub cannot have (``huggingface_hub.utils.validate_repo_id``'s rules).
+
+    Args:
+        repo_id: ``owner/name``.
+        ref: the model reference it came from, for the message.
+
+    Raises:
+        UserError: not ``owner/name`` of letters, digits, ``-``, ``_``, ``.`` (no ``--``, ``..``, ...).
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        if repo_id.count("/") != 1:
+            raise HFValidationError(f"Repo id must be in the form 'namespace/repo_name': '{repo_id}'.")
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        where = f" in {ref!r}" if ref else ""
+        raise UserError(f"bad repo name {repo_id!r}{where}: {exc} Write owner/repo as huggingface.co "
+                        "shows it") from None
+
+
+def check_revision(revision: str, *, ref: str | None = None) -> None:
+    """Refuse a revision that is no branch, tag or commit name git allows.
+
+    A revision becomes a path under the cache's ``refs/`` folder, so besides git's rules (no
+    ``..``, no control characters, space or any of ``~^:?*[\\``, no ``@{``, no component starting
+    with ``.`` or ending with ``.lock``, no ``//``, not ending with ``/`` or ``.``) it must not start
+    with ``/``: it can never name a file outside the cache.
+
+    Args:
+        revision: a branch, tag or commit.
+        ref: the model reference it came from, for the message.
+
+    Raises:
+        UserError: the revision breaks one of these rules.
+    """
+    parts = revision.split("/")
+    if (not revision or revision == "@" or _REV_FORBIDDEN.search(revision) or revision.startswith("/")
+            or revision.endswith(("/", ".")) or any(p.startswith(".") or p.endswith(".lock") for p in parts)):
+        where = f" in {ref!r}" if ref else ""
+        raise UserError(f"bad revision {revision!r}{where}: a revision is a branch, tag or commit hash as git allows "
+                        "(no '..', no leading '/', no spaces, control characters or any of ~^:?*[\\); "
+                        "write e.g. @main, @v1.0 or @<40-hex commit>")
 
 
 # --------------------------------------------------------------------------- choosing a file
-
-
-def split_info(path: str) -> tuple[str, int, int] | None:
-    """``(prefix, number, count)`` of a llama.cpp shard name, else None.
-
-    ``"a/m-Q4_K_M-00002-of-00003.gguf"`` -> ``("a/m-Q4_K_M", 2, 3)``.
-    """
-    m = _SPLIT.match(path)
-    if m is None:
-        return None
-    return m["prefix"], int(m["no"]), int(m["count"])
 
 
 def _is_model_file(path: str) -> bool:
@@ -261,6 +303,8 @@ def _cached_listing(repo_id: str, revision: str) -> RepoListing | None:
             commit = ref.read_text().strip()
         except OSError:
             return None
+        if not _COMMIT.match(commit):  # a refs file holds a commit hash, nothing else
+            return None
     snapshot = storage / "snapshots" / commit
     if not snapshot.is_dir():
         return None
@@ -291,7 +335,9 @@ def list_repo(repo_id: str, *, revision: str | None = None, offline: bool = Fals
     Raises:
         UserError: repo or revision not found, access refused, Hub unreachable and nothing cached.
     """
+    check_repo_id(repo_id)
     rev = revision or "main"
+    check_revision(rev)
     if _offline(offline):
         cached = _cached_listing(repo_id, rev)
         if cached is None:
@@ -472,12 +518,9 @@ def _discard(local: Path) -> None:
 
 
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
+    """Hex sha256 of a file (the one definition: Hub checks, ``pull``, embedded-model cache names)."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 # --------------------------------------------------------------------------- errors

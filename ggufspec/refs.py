@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal, Union
 
 from ggufspec.errors import UserError
+from ggufspec.shards import local_shards
 
 __all__ = [
     "EmbeddedRef",
@@ -39,7 +40,6 @@ FORMS = "./file.gguf, owner/repo:QUANT, owner/repo/file.gguf (optionally @REVISI
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
 _REPO = re.compile(rf"^(?P<owner>{_NAME})/(?P<name>{_NAME})$")
 _QUANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-_SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -132,19 +132,27 @@ def _parse_hub(text: str) -> HubRef | None:
     parts = base.split("/")
     if len(parts) < 2:
         return None
+    filename: str | None = None
+    quant = ""
     if len(parts) == 2:
         repo, _, quant = parts[1].partition(":")
         repo_id = f"{parts[0]}/{repo}"
-        if not _REPO.match(repo_id):
+    else:
+        repo_id, filename = f"{parts[0]}/{parts[1]}", "/".join(parts[2:])
+        if not filename.lower().endswith(".gguf"):
             return None
+    if not _REPO.match(repo_id) and base.lower().endswith(".gguf"):
+        return None  # a (missing) local file such as dir/my model.gguf, not a Hub name
+    from ggufspec.hub import check_repo_id, check_revision  # huggingface_hub is imported lazily
+
+    check_repo_id(repo_id, ref=text)
+    if revision:
+        check_revision(revision, ref=text)
+    if filename is None:
         if ":" in parts[1] and not _QUANT.match(quant):
             raise UserError(f"bad quant {quant!r} in {text!r}; write owner/repo:QUANT, e.g. owner/repo:Q4_K_M")
         return HubRef(repo_id, quant or None, None, revision or None)
-    repo_id = f"{parts[0]}/{parts[1]}"
-    filename = "/".join(parts[2:])
-    if not _REPO.match(repo_id) or not filename.lower().endswith(".gguf"):
-        return None
-    if any(p in ("", ".", "..") for p in parts[2:]) or ":" in repo_id:
+    if any(p in ("", ".", "..") for p in parts[2:]):
         raise UserError(f"bad file path in {text!r}; write owner/repo/path/file.gguf")
     return HubRef(repo_id, None, filename, revision or None)
 
@@ -168,25 +176,6 @@ class ResolvedModel:
         return self.paths[0]
 
 
-def local_shards(path: Path) -> tuple[Path, ...]:
-    """All shards of the split model ``path`` belongs to, first first; ``(path,)`` if not split.
-
-    Raises:
-        UserError: a shard is missing.
-    """
-    m = _SHARD.match(path.name)
-    if m is None or int(m["count"]) <= 1:
-        return (path,)
-    count = int(m["count"])
-    width = len(m["no"])
-    shards = tuple(path.with_name(f"{m['prefix']}-{i:0{width}d}-of-{m['count']}.gguf") for i in range(1, count + 1))
-    missing = [s.name for s in shards if not s.is_file()]
-    if missing:
-        raise UserError(f"split model {path.name} has {count} shards but {', '.join(missing)} "
-                        f"{'is' if len(missing) == 1 else 'are'} missing from {path.parent}")
-    return shards
-
-
 def resolve_model(ref: str, *, offline: bool = False, progress: bool = True, verify: bool = False) -> ResolvedModel:
     """Turn a model reference into local GGUF files, downloading from the Hub if needed.
 
@@ -200,7 +189,8 @@ def resolve_model(ref: str, *, offline: bool = False, progress: bool = True, ver
         The local files, first shard first.
 
     Raises:
-        UserError: bad reference, missing local file or shard, or any Hub failure (see ``ggufspec.hub``).
+        UserError: bad reference, missing local file or shard, a local file that is not GGUF, or any Hub
+            failure (see ``ggufspec.hub``).
     """
     parsed = parse_ref(ref)
     if isinstance(parsed, LocalRef):
@@ -209,12 +199,15 @@ def resolve_model(ref: str, *, offline: bool = False, progress: bool = True, ver
             raise UserError(f"model file not found: {path}; check the path, or use owner/repo:QUANT for the Hub")
         if not path.is_file():
             raise UserError(f"{path} is not a file; name a .gguf file")
-        return ResolvedModel(ref, local_shards(path), "local")
+        from ggufspec.ggufinfo import check_gguf_magic
+
+        shards = local_shards(path)
+        for shard in shards:
+            check_gguf_magic(shard)
+        return ResolvedModel(ref, shards, "local")
     if isinstance(parsed, EmbeddedRef):
-        try:
-            from ggufspec.embedded import resolve_embedded
-        except ImportError as exc:  # pragma: no cover - the engine ships it
-            raise UserError(f"embedded models are unavailable in this installation ({exc})") from exc
+        from ggufspec.embedded import resolve_embedded
+
         return ResolvedModel(ref, (Path(resolve_embedded(parsed.name, parsed.quant)),), "embedded")
     from ggufspec import hub
 

@@ -25,7 +25,7 @@ class SamplingSettings:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
     min_p: float = 0.0  # 0.0 = off
-    seed: int | None = None  # None = fresh entropy
+    seed: int | None = None  # None (or -1, as in llama.cpp) = fresh entropy
 
     def __post_init__(self) -> None:
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
@@ -36,14 +36,18 @@ class SamplingSettings:
             raise UserError(f"top-p must be in (0, 1], got {self.top_p}; use 1 to turn it off")
         if not (0.0 <= self.min_p < 1.0):
             raise UserError(f"min-p must be in [0, 1), got {self.min_p}; use 0 to turn it off")
+        if self.seed is not None and self.seed < -1:
+            raise UserError(f"seed must be >= 0, or -1 for a random seed, got {self.seed}")
+        if self.seed == -1:  # llama.cpp's LLAMA_DEFAULT_SEED: one spelling of "unseeded" from here on
+            object.__setattr__(self, "seed", None)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
     def rng(self) -> np.random.Generator:
-        """The run's one source of randomness: seeded runs are reproducible."""
-        return np.random.default_rng(self.seed)
+        """The run's one source of randomness: seeded runs are reproducible, -1 or None draw fresh entropy."""
+        return np.random.default_rng(None if self.seed in (None, -1) else self.seed)
 
 
 def probabilities(logits: np.ndarray, settings: SamplingSettings) -> np.ndarray:

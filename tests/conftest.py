@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -35,6 +38,66 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _skipped and os.environ.get("GGUFSPEC_FAIL_ON_SKIP") == "1" and exitstatus == 0:
         session.exitstatus = 1
         print(f"\nGGUFSPEC_FAIL_ON_SKIP: {len(_skipped)} skipped: {', '.join(_skipped[:5])}")
+
+
+# ---- no network: only loopback and unix sockets ---------------------------------------------
+# Hub tests point huggingface_hub at a local fake server by patching its constants; should one of
+# them (or anything else) miss a constant, this guard makes the test fail instead of reaching the
+# Internet. It covers this process only: subprocesses (the CLI tests) are not guarded.
+
+
+class NetworkBlocked(RuntimeError):
+    """A test tried to reach a host that is not this machine."""
+
+
+_LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost", "ip6-loopback"}
+
+
+def _host_is_local(host: Any, *, literal_ok: bool) -> bool:
+    """True for loopback hosts; with literal_ok, also any IP literal (resolving one needs no DNS)."""
+    if isinstance(host, bytes):
+        host = host.decode(errors="replace")
+    if host in (None, "") or str(host).lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        ip = ipaddress.ip_address(str(host).split("%", 1)[0])
+    except ValueError:
+        return False  # a host name: resolving it would ask DNS
+    return literal_ok or ip.is_loopback
+
+
+def _check_address(sock: socket.socket, address: Any) -> None:
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return  # unix sockets and the like stay on this machine
+    if not _host_is_local(address[0], literal_ok=False):
+        raise NetworkBlocked(f"tests must not reach the network: connect to {address!r} refused (tests/conftest.py)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_network() -> Iterator[None]:
+    """Refuse every connection and name lookup that would leave this machine, for the whole session."""
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+    real_getaddrinfo = socket.getaddrinfo
+
+    def connect(self: socket.socket, address: Any) -> None:
+        _check_address(self, address)
+        return real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        _check_address(self, address)
+        return real_connect_ex(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _host_is_local(host, literal_ok=True):
+            raise NetworkBlocked(f"tests must not reach the network: name lookup of {host!r} refused "
+                                 "(tests/conftest.py)")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(socket.socket, "connect", connect)
+        mp.setattr(socket.socket, "connect_ex", connect_ex)
+        mp.setattr(socket, "getaddrinfo", getaddrinfo)
+        yield
 
 
 # ---- tiny GGUF models (tests/tiny_models.py) -------------------------------------------------

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ggufspec import catalog
+from ggufspec import catalog, embedded
 from ggufspec.errors import UserError
 from ggufspec.refs import EmbeddedRef, HubRef, parse_ref
 
@@ -43,7 +43,6 @@ def test_pair_refs_are_well_formed(pair: catalog.PairEntry) -> None:
 
 
 def test_default_pair_is_the_embedded_default() -> None:
-    embedded = pytest.importorskip("ggufspec.embedded")
     default = catalog.get_pair("default")
     assert (default.target, default.draft) == (embedded.DEFAULT_TARGET, embedded.DEFAULT_DRAFT)
 

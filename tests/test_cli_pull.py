@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import ggufspec.ggufinfo
+import ggufspec.vocab
 from ggufspec.cli import main
 from hub_server import HubFiles, HubServer, sha256_of
 from hub_server import fake_hub, hub_files  # noqa: F401  (fixtures)
@@ -80,6 +81,38 @@ def test_pull_errors_are_one_line_exit_2(fake_hub: HubServer, hub_files: HubFile
     assert re.match(message, err.strip()), err
 
 
+@pytest.mark.parametrize("content", [b"root:x:0:0:root:/root:/bin/bash\n", b"", b"GGU"])
+def test_pull_refuses_a_local_file_that_is_not_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str], content: bytes) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "passwd").write_bytes(content)
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a" / "b")
+    code, out, err = run_cli(["pull", "../../etc/passwd"], capsys)
+    assert code == 2 and out == ""
+    assert err.strip() == ("error: ../../etc/passwd is not a GGUF file (it does not start with the GGUF magic); "
+                           "name a .gguf model file"), err
+
+
+def test_pull_offline_refuses_a_revision_that_climbs_out_of_the_cache(
+        fake_hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a refs file and a snapshot outside the Hugging Face cache, where ../../../outside/ref would lead
+    from huggingface_hub import constants
+
+    storage = Path(constants.HF_HUB_CACHE) / "models--acme--tiny-GGUF"
+    (storage / "refs").mkdir(parents=True)
+    outside = (storage / "refs" / "../../../outside").resolve()
+    outside.mkdir(parents=True)
+    commit = "c" * 40
+    (outside / "ref").write_text(commit)
+    (storage / "snapshots" / commit).mkdir(parents=True)
+    (storage / "snapshots" / commit / "m-Q4_0.gguf").write_bytes(b"GGUF")
+    code, out, err = run_cli(["pull", "--offline", f"{REPO}:Q4_0@../../../outside/ref"], capsys)
+    assert code == 2 and out == ""
+    assert re.fullmatch(r"error: bad revision '\.\./\.\./\.\./outside/ref' in 'acme/tiny-GGUF:Q4_0@\.\./\.\./\.\./outside/ref': "
+                        r"[^\n]*branch, tag or commit[^\n]*", err.strip()), err
+
+
 def test_pull_offline_from_the_cache_with_the_server_down(fake_hub: HubServer, hub_files: HubFiles,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     serve(fake_hub, hub_files)
@@ -124,13 +157,8 @@ class FakeVocab:
 @pytest.fixture
 def fake_vocab(monkeypatch: pytest.MonkeyPatch) -> FakeVocab:
     fake = FakeVocab()
-    for module, attr in (("ggufspec.ggufinfo", "read_vocab"), ("ggufspec.vocab", "compare_vocab")):
-        try:
-            monkeypatch.setattr(__import__(module, fromlist=[attr]), attr, getattr(fake, attr))
-        except ImportError:  # not in this tree yet: install a module holding the stand-in
-            stub = types.ModuleType(module)
-            setattr(stub, attr, getattr(fake, attr))
-            monkeypatch.setitem(sys.modules, module, stub)
+    monkeypatch.setattr(ggufspec.ggufinfo, "read_vocab", fake.read_vocab)
+    monkeypatch.setattr(ggufspec.vocab, "compare_vocab", fake.compare_vocab)
     return fake
 
 
@@ -158,7 +186,6 @@ def test_pull_pair_checks_vocabularies_once_both_files_are_present(
 
 def test_pull_pair_with_the_real_vocabulary_checker(fake_hub: HubServer, hub_files: HubFiles, tiny_catalog: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("ggufspec.vocab")
     serve(fake_hub, hub_files)
     code, out, _ = run_cli(["pull", "--json", "--no-progress", "--pair", "tiny"], capsys)
     vocab = json.loads(out)["vocab"]

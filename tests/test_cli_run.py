@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ggufspec.ggufinfo import read_vocab
 from tiny_models import write_not_gguf, write_truncated, write_tiny_llama
 
 
@@ -104,8 +105,18 @@ def test_bad_input_is_one_error_line_and_exit_2(case, extra, fragments, bad_file
 def test_vocab_error_names_the_first_differing_token(tiny_target_q8: Path, tiny_models_dir: Path) -> None:
     other = write_tiny_llama(tiny_models_dir / "renamed_many.gguf", rename_last_tokens=49000)
     proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", str(other), "-p", "hi", "--threads", "1")
-    assert_one_line_error(proc)
-    assert any(ch.isdigit() for ch in proc.stderr)  # the first differing id is named
+    first = 49152 - 49000  # the draft renames its last 49,000 tokens ("text" -> "text_x")
+    target_text = read_vocab(tiny_target_q8).tokens[first]
+    assert_one_line_error(proc, f"first differing token id {first}: target {target_text!r}, draft {target_text + '_x'!r}")
+
+
+def test_seed_minus_one_is_random_and_other_negative_seeds_are_one_error_line(tiny_target_q8: Path) -> None:
+    common = ["run", "--target", str(tiny_target_q8), "--draft", "lookup", "-p", "hi", "-n", "4", "--threads", "1",
+              "--ctx", "256", "--temp", "0.8", "--json"]
+    proc = ggufspec(*common, "--seed", "-1")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["stats"]["generated_tokens"] == 4
+    assert_one_line_error(ggufspec(*common, "--seed", "-5"), "seed must be >= 0, or -1 for a random seed, got -5")
 
 
 def test_unknown_command_and_help() -> None:

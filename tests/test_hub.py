@@ -271,3 +271,29 @@ def test_unreachable_hub_with_nothing_cached(fake_hub: HubServer) -> None:
     fake_hub.stop()
     with pytest.raises(UserError, match=r"cannot reach the Hugging Face Hub at http://127\.0\.0\.1:\d+ \(ConnectError\) and acme/anything@main is not in the cache"):
         resolve_model("acme/anything:Q4_K_M", progress=False)
+
+
+def test_fetch_checks_names_before_touching_the_cache(fake_hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the public API refuses what the reference parser refuses, before any path is built from it
+    read: list[Path] = []
+    real_read_text = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: read.append(self) or real_read_text(self, *a, **k))
+    with pytest.raises(UserError, match=r"^bad revision '\.\./\.\./x': .*branch, tag or commit"):
+        hub.fetch("acme/repo", revision="../../x", offline=True)
+    with pytest.raises(UserError, match=r"^bad repo name 'acme/\.\./x'"):
+        hub.fetch("acme/../x", offline=True)
+    with pytest.raises(UserError, match=r"^bad repo name 'acme'"):
+        hub.list_repo("acme", offline=True)
+    assert [p for p in read if "models--" in str(p)] == []  # no refs file was read
+
+
+def test_a_cached_ref_that_holds_no_commit_hash_is_ignored(fake_hub: HubServer) -> None:
+    storage = cache_root() / "models--acme--repo"
+    (storage / "refs").mkdir(parents=True)
+    (storage / "snapshots").mkdir()
+    (storage / "refs" / "main").write_text("../../../elsewhere")  # snapshots/../../../elsewhere
+    elsewhere = (storage / "snapshots" / "../../../elsewhere").resolve()
+    elsewhere.mkdir()
+    (elsewhere / "m-Q8_0.gguf").write_bytes(b"GGUF")
+    with pytest.raises(UserError, match=r"acme/repo@main is not in the Hugging Face cache"):
+        hub.list_repo("acme/repo", offline=True)

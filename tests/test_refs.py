@@ -47,6 +47,25 @@ def test_parse_forms(text: str, expected: object) -> None:
     ("o/r/../x.gguf", "bad file path"),
     ("embedded:smollm2", "bad embedded model reference"),
     ("embedded::F32", "bad embedded model reference"),
+    ("o/r:Q4_0@../../../outside/ref", r"bad revision '\.\./\.\./\.\./outside/ref'"),
+    ("o/r:Q4_0@/etc", "bad revision '/etc'"),
+    ("o/r@a\\b", "bad revision"),
+    ("o/r@main~1", "bad revision"),
+    ("o/r@a b", "bad revision"),
+    ("o/r@a\x01", "bad revision"),
+    ("o/r@x.lock", "bad revision"),
+    ("o/r@refs/.hidden", "bad revision"),
+    ("o/r@v1.", "bad revision"),
+    ("o/r@a//b", "bad revision"),
+    ("o/r@HEAD^", "bad revision"),
+    ("o/r@a:b", "bad revision"),
+    ("o/r@@{1}", "bad revision"),
+    ("own--er/repo:Q8_0", "bad repo name 'own--er/repo'.*Cannot have -- or \\.\\."),
+    ("owner/re..po", "bad repo name 'owner/re\\.\\.po'"),
+    ("owner/repo.git", "bad repo name"),
+    ("owner/" + "r" * 97, "bad repo name"),
+    ("owner/re po:Q8_0", "bad repo name"),
+    ("own--er/repo/m.gguf", "bad repo name"),
 ])
 def test_parse_errors_say_what_to_write(text: str, message: str) -> None:
     with pytest.raises(UserError, match=message):
@@ -62,9 +81,12 @@ def test_an_existing_file_wins_over_the_hub_form(tmp_path: Path, monkeypatch: py
     assert parse_ref("acme/models") == HubRef("acme/models")
 
 
-_name = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,20}[A-Za-z0-9])?", fullmatch=True)
+_name = st.from_regex(r"[A-Za-z0-9]([A-Za-z0-9._-]{0,20}[A-Za-z0-9])?", fullmatch=True).filter(
+    lambda n: "--" not in n and ".." not in n and not n.endswith(".git"))  # huggingface_hub's rules
 _quant = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,12}", fullmatch=True)
-_rev = st.one_of(st.none(), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,20}", fullmatch=True))
+_rev_part = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,8}(\.[A-Za-z0-9]{1,4})?", fullmatch=True).filter(
+    lambda p: not p.endswith(".lock"))  # git's rules for a branch or tag name
+_rev = st.one_of(st.none(), st.lists(_rev_part, min_size=1, max_size=3).map("/".join))
 
 
 @settings(max_examples=50, deadline=None)
@@ -92,6 +114,14 @@ def test_resolve_local_shard_gives_every_shard_first_first(tmp_path: Path) -> No
         assert resolve_model(str(named)).paths == tuple(shards)
     shards[2].unlink()
     with pytest.raises(UserError, match=r"has 3 shards but m-Q8_0-00003-of-00003\.gguf is missing from"):
+        resolve_model(str(shards[0]))
+
+
+def test_resolve_refuses_a_local_file_that_is_not_gguf(tmp_path: Path) -> None:
+    shards = [tmp_path / f"m-{i:05d}-of-00002.gguf" for i in (1, 2)]
+    shards[0].write_bytes(b"GGUF")
+    shards[1].write_bytes(b"<html>")  # a shard saved from an error page
+    with pytest.raises(UserError, match=r"m-00002-of-00002\.gguf is not a GGUF file \(it does not start with"):
         resolve_model(str(shards[0]))
 
 

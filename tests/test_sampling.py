@@ -67,8 +67,19 @@ def test_sample_follows_the_distribution_and_skips_zeros() -> None:
         ({"top_p": 1.5}, r"top-p must be in \(0, 1\]"),
         ({"top_k": -1}, "top-k must be >= 0"),
         ({"min_p": 1.0}, r"min-p must be in \[0, 1\)"),
+        ({"seed": -2}, r"seed must be >= 0, or -1 for a random seed, got -2"),
     ],
 )
 def test_bad_settings_are_user_errors(kwargs, message) -> None:
     with pytest.raises(UserError, match=message):
         SamplingSettings(**kwargs)
+
+
+def test_seed_minus_one_is_a_fresh_random_seed_as_in_llama_cpp() -> None:
+    s = SamplingSettings(temperature=1.0, seed=-1)
+    assert s.seed is None  # the same as no seed: unseeded runs (pacing, fresh entropy)
+    assert s == SamplingSettings(temperature=1.0)
+    draws = {tuple(s.rng().random(4)) for _ in range(3)}
+    assert len(draws) == 3  # fresh entropy each time
+    seeded = SamplingSettings(temperature=1.0, seed=7)
+    assert seeded.rng().random(4).tolist() == seeded.rng().random(4).tolist()

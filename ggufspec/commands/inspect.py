@@ -24,10 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resolve_path(ref: str, *, offline: bool = False) -> Path:
     """The local GGUF file (first shard) of a model reference."""
-    try:
-        from ggufspec.refs import resolve_model
-    except ImportError:  # pragma: no cover - refs ships with the package
-        return Path(ref)
+    from ggufspec.refs import resolve_model
+
     return Path(resolve_model(ref, offline=offline).path)
 
 

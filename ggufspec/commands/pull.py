@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ggufspec.hub import sha256_file
     from ggufspec.refs import resolve_model
 
     if bool(args.refs) == bool(args.pair):
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     for ref in refs:
         resolved = resolve_model(ref, offline=args.offline, progress=not args.no_progress, verify=True)
         digests = list(resolved.sha256) + [None] * (len(resolved.paths) - len(resolved.sha256))
-        sha = [d or _sha256(p) for p, d in zip(resolved.paths, digests)]
+        sha = [d or sha256_file(p) for p, d in zip(resolved.paths, digests)]
         sizes = [p.stat().st_size for p in resolved.paths]
         models.append({"ref": ref, "paths": [str(p) for p in resolved.paths], "bytes": sum(sizes),
                        "sha256": sha, "sizes": sizes})
@@ -81,21 +82,12 @@ def run(args: argparse.Namespace) -> int:
             for path, size, digest in zip(m["paths"], m["sizes"], m["sha256"]):
                 print(f"  {path}")
                 print(f"    {size:,} bytes  sha256 {digest}")
-        if pair is not None:
-            if vocab is None:
-                print("vocab: not checked (this installation has no vocabulary checker)")
-            else:
-                flag = "" if vocab["compatible"] else "INCOMPATIBLE: "
-                print(f"vocab: {flag}{vocab['message']}")
+        if vocab is not None:
+            flag = "" if vocab["compatible"] else "INCOMPATIBLE: "
+            print(f"vocab: {flag}{vocab['message']}")
     if vocab is not None and vocab["compatible"] is False:
         return 1
     return 0
-
-
-def _sha256(path: Path) -> str:
-    from ggufspec.hub import sha256_file
-
-    return sha256_file(path)
 
 
 def _human(n: int) -> str:
@@ -107,14 +99,11 @@ def _human(n: int) -> str:
     return f"{n} B"  # unreachable
 
 
-def _vocab_check(target: Path, draft: Path) -> dict[str, Any] | None:
-    """The vocabulary verdict (``ggufspec.vocab``) as a dict, or None if this installation lacks it."""
-    try:
-        from ggufspec.ggufinfo import read_vocab
-        from ggufspec.vocab import compare_vocab
-    except ImportError:
-        return None
-    verdict = compare_vocab(target=read_vocab(target), draft=read_vocab(draft))
+def _vocab_check(target: Path, draft: Path) -> dict[str, Any]:
+    """The vocabulary verdict (``ggufspec.vocab``) as a dict."""
+    from ggufspec import ggufinfo, vocab
+
+    verdict = vocab.compare_vocab(target=ggufinfo.read_vocab(target), draft=ggufinfo.read_vocab(draft))
     return {
         "status": getattr(verdict, "status", None),
         "compatible": bool(getattr(verdict, "ok", True)),

@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--top-k", type=int, default=0, metavar="K", help="top-k (0 = off)")
     s.add_argument("--top-p", type=float, default=1.0, metavar="P", help="top-p in (0, 1] (1 = off)")
     s.add_argument("--min-p", type=float, default=0.0, metavar="P", help="min-p (0 = off)")
-    s.add_argument("--seed", type=int, default=None, help="random seed (reproducible runs)")
+    s.add_argument("--seed", type=int, default=None, help="random seed (reproducible runs); -1: a fresh random seed")
     d = p.add_argument_group("speculation")
     d.add_argument("--draft-max", type=int, default=8, metavar="N", help="most tokens drafted per round (default 8)")
     d.add_argument("--draft-min", type=int, default=0, metavar="N", help="skip drafts shorter than this")
