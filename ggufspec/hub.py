@@ -38,14 +38,14 @@ __all__ = [
     "HubModel",
     "RepoFile",
     "RepoListing",
-    "Variant",
+    "QuantFiles",
     "available_quants",
     "check_repo_id",
     "check_revision",
     "fetch",
-    "gguf_variants",
+    "gguf_quant_files",
     "list_repo",
-    "pick_variant",
+    "pick_quant_files",
     "sha256_file",
     "split_info",
 ]
@@ -123,7 +123,7 @@ def _is_model_file(path: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Variant:
+class QuantFiles:
     """One model in a repo: a single GGUF file, or all shards of a split one (first shard first)."""
 
     files: tuple[str, ...]
@@ -156,34 +156,34 @@ class Variant:
         return tuple(n for n in range(1, self.count + 1) if n not in have) if self.count > 1 else ()
 
 
-def gguf_variants(paths: Iterable[str]) -> tuple[Variant, ...]:
-    """Group a repo's file paths into models: shards of one split model become one ``Variant``."""
-    singles: list[Variant] = []
+def gguf_quant_files(paths: Iterable[str]) -> tuple[QuantFiles, ...]:
+    """Group a repo's file paths into models: shards of one split model become one ``QuantFiles``."""
+    singles: list[QuantFiles] = []
     groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
     for path in paths:
         if not _is_model_file(path):
             continue
         info = split_info(path)
         if info is None or info[2] <= 1:
-            singles.append(Variant((path,), 1))
+            singles.append(QuantFiles((path,), 1))
         else:
             prefix, no, count = info
             groups.setdefault((prefix, count), []).append((no, path))
     for (_prefix, count), members in groups.items():
-        singles.append(Variant(tuple(p for _, p in sorted(members)), count))
+        singles.append(QuantFiles(tuple(p for _, p in sorted(members)), count))
     return tuple(sorted(singles, key=lambda v: v.first))
 
 
 def available_quants(paths: Iterable[str]) -> tuple[str, ...]:
     """The quant labels of a repo's GGUF models, sorted."""
-    return tuple(sorted({v.quant for v in gguf_variants(paths)}, key=_natural))
+    return tuple(sorted({v.quant for v in gguf_quant_files(paths)}, key=_natural))
 
 
 def _natural(text: str) -> list[object]:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
-def _match_level(variant: Variant, quant: str) -> int:
+def _match_level(variant: QuantFiles, quant: str) -> int:
     """2: the name ends with the quant token; 1: the quant is a token somewhere in the path; 0: no."""
     q = quant.lower()
     name = variant.stem.rsplit("/", 1)[-1].lower()
@@ -194,7 +194,7 @@ def _match_level(variant: Variant, quant: str) -> int:
     return 0
 
 
-def pick_variant(paths: Sequence[str], quant: str | None, *, repo_id: str) -> Variant:
+def pick_quant_files(paths: Sequence[str], quant: str | None, *, repo_id: str) -> QuantFiles:
     """The model of a repo that ``repo_id:quant`` names.
 
     Args:
@@ -208,7 +208,7 @@ def pick_variant(paths: Sequence[str], quant: str | None, *, repo_id: str) -> Va
     Raises:
         UserError: no GGUF model, no file for the quant, several files for it, or missing shards.
     """
-    variants = gguf_variants(paths)
+    variants = gguf_quant_files(paths)
     if not variants:
         raise UserError(f"{repo_id} has no GGUF model files ({len(paths)} files listed); "
                         "check the repo name")
@@ -231,13 +231,13 @@ def pick_variant(paths: Sequence[str], quant: str | None, *, repo_id: str) -> Va
     return _complete(chosen[0], repo_id)
 
 
-def _by_quant(variants: Sequence[Variant], quant: str) -> list[Variant]:
+def _by_quant(variants: Sequence[QuantFiles], quant: str) -> list[QuantFiles]:
     levels = [(_match_level(v, quant), v) for v in variants]
     best = max((lvl for lvl, _ in levels), default=0)
     return [v for lvl, v in levels if best and lvl == best]
 
 
-def _complete(variant: Variant, repo_id: str) -> Variant:
+def _complete(variant: QuantFiles, repo_id: str) -> QuantFiles:
     if variant.missing:
         raise UserError(f"{repo_id} lacks shard(s) {', '.join(map(str, variant.missing))} of "
                         f"{variant.count} of {variant.first}; the repo is incomplete")
@@ -407,7 +407,7 @@ def fetch(
         Local paths, sizes and the sha256 digests computed.
 
     Raises:
-        UserError: see ``list_repo`` and ``pick_variant``; gated repo; file missing; download
+        UserError: see ``list_repo`` and ``pick_quant_files``; gated repo; file missing; download
             incomplete or corrupted (the bad file is deleted).
     """
     listing = list_repo(repo_id, revision=revision, offline=offline)
@@ -415,7 +415,7 @@ def fetch(
         if filename is not None:
             variant = _variant_of_file(listing, filename)
         else:
-            variant = pick_variant(listing.paths, quant, repo_id=repo_id)
+            variant = pick_quant_files(listing.paths, quant, repo_id=repo_id)
     except UserError as exc:
         if listing.from_cache:  # say that only the cached files were considered
             raise UserError(f"{exc} (listing the local cache only: offline, or the Hub is unreachable)") from None
@@ -434,15 +434,15 @@ def fetch(
                     tuple(sizes), tuple(digests))
 
 
-def _variant_of_file(listing: RepoListing, filename: str) -> Variant:
+def _variant_of_file(listing: RepoListing, filename: str) -> QuantFiles:
     if listing.get(filename) is None:
-        models = [v.first for v in gguf_variants(listing.paths)]
+        models = [v.first for v in gguf_quant_files(listing.paths)]
         shown = ", ".join(models[:12]) + (f", ... ({len(models)} in all)" if len(models) > 12 else "")
         raise UserError(f"{filename} is not in {listing.repo_id}@{listing.revision}; its GGUF files: {shown or 'none'}")
     info = split_info(filename)
     if info is None or info[2] <= 1:
-        return Variant((filename,), 1)
-    variant = next(v for v in gguf_variants(listing.paths) if filename in v.files)
+        return QuantFiles((filename,), 1)
+    variant = next(v for v in gguf_quant_files(listing.paths) if filename in v.files)
     return _complete(variant, listing.repo_id)
 
 

@@ -78,7 +78,7 @@ UNSLOTH = [
     (UNSLOTH, "BF16", ("BF16/Qwen3-32B-BF16-00001-of-00002.gguf", "BF16/Qwen3-32B-BF16-00002-of-00002.gguf")),
 ])
 def test_pick_variant_matches_quant_tokens(files: list[str], quant: str | None, expected: tuple[str, ...]) -> None:
-    assert hub.pick_variant(files, quant, repo_id="o/r").files == expected
+    assert hub.pick_quant_files(files, quant, repo_id="o/r").files == expected
 
 
 def test_available_quants_fold_shards_and_skip_companions() -> None:
@@ -90,23 +90,23 @@ def test_available_quants_fold_shards_and_skip_companions() -> None:
 
 def test_missing_quant_lists_what_the_repo_has() -> None:
     with pytest.raises(UserError, match=r"no GGUF file for quant 'Q3_K_S'; available quants: FP16, Q4_K_M, Q8_0"):
-        hub.pick_variant(QWEN_SPLIT, "Q3_K_S", repo_id="Qwen/Qwen2.5-7B-Instruct-GGUF")
+        hub.pick_quant_files(QWEN_SPLIT, "Q3_K_S", repo_id="Qwen/Qwen2.5-7B-Instruct-GGUF")
 
 
 def test_ambiguous_quant_names_the_candidates() -> None:
     files = ["m-Q4_K_M.gguf", "m-UD-Q4_K_M.gguf"]
     with pytest.raises(UserError, match=r"ambiguous .* m-Q4_K_M.gguf, m-UD-Q4_K_M.gguf; name the file"):
-        hub.pick_variant(files, "Q4_K_M", repo_id="o/r")
-    assert hub.pick_variant(files, "UD-Q4_K_M", repo_id="o/r").first == "m-UD-Q4_K_M.gguf"
+        hub.pick_quant_files(files, "Q4_K_M", repo_id="o/r")
+    assert hub.pick_quant_files(files, "UD-Q4_K_M", repo_id="o/r").first == "m-UD-Q4_K_M.gguf"
 
 
 def test_incomplete_split_and_empty_repo_are_errors() -> None:
     with pytest.raises(UserError, match=r"lacks shard\(s\) 2 of 3"):
-        hub.pick_variant(["m-Q8_0-00001-of-00003.gguf", "m-Q8_0-00003-of-00003.gguf"], "Q8_0", repo_id="o/r")
+        hub.pick_quant_files(["m-Q8_0-00001-of-00003.gguf", "m-Q8_0-00003-of-00003.gguf"], "Q8_0", repo_id="o/r")
     with pytest.raises(UserError, match="no GGUF model files"):
-        hub.pick_variant(["README.md", "mmproj-F16.gguf"], None, repo_id="o/r")
+        hub.pick_quant_files(["README.md", "mmproj-F16.gguf"], None, repo_id="o/r")
     with pytest.raises(UserError, match="several GGUF models; name one"):
-        hub.pick_variant(["m-Q2_K.gguf", "m-Q3_K_S.gguf"], None, repo_id="o/r")
+        hub.pick_quant_files(["m-Q2_K.gguf", "m-Q3_K_S.gguf"], None, repo_id="o/r")
 
 
 # --------------------------------------------------------------------------- against the fake hub
