@@ -56,15 +56,17 @@ def _layer_count(value: int | str) -> int:
     return -1 if value == "all" else int(value)
 
 
-def _offload(target: Path, draft: Path | None, settings: PairSettings) -> tuple[ModelSettings, ModelSettings]:
+def _offload(target: Path, draft: Path | None, settings: PairSettings, *,
+             quiet: bool = False) -> tuple[ModelSettings, ModelSettings]:
     """Offload of target and draft: explicit layer counts, or the planner's for "auto" (the draft
-    whole on one GPU first, then target layers); all on the CPU where llama.cpp has no GPU."""
+    whole on one GPU first, then target layers); all on the CPU where llama.cpp has no GPU (with a
+    note on stderr when layers were asked for, unless `quiet`)."""
     from ggufspec.llama.lib import gpu_offload_supported
 
     tl, dl = settings.n_gpu_layers, settings.n_gpu_layers_draft
     if not gpu_offload_supported():
         asked = [f"{flag} {v}" for flag, v in (("--ngl", tl), ("--ngld", dl)) if v not in ("auto", 0)]
-        if asked:
+        if asked and not quiet:
             sys.stderr.write(f"note: {' and '.join(asked)} ignored: this llama.cpp build has no GPU backend; "
                              "everything runs on the CPU\n")
         return ModelSettings(), ModelSettings()
@@ -142,7 +144,7 @@ class SpeculativePair:
 
         read_model_info(path)  # a clear error for a non-GGUF or truncated file before llama.cpp
         check_vocab(self.target_path, path)
-        _, draft_load = _offload(self.target_path, path, self.settings)
+        _, draft_load = _offload(self.target_path, path, self.settings, quiet=True)  # load_pair noted it
         model = Model(path, settings=draft_load)
         # the draft's numerics never reach the output: "auto" keeps its faster f16 cache
         ctx = Context(model, settings=self.settings.context.with_cache_type("f16"))

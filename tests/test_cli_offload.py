@@ -40,5 +40,6 @@ def test_ngl_without_a_gpu_backend_runs_on_the_cpu_unchanged(tiny_target_q8: Pat
     asked = ggufspec(*common, "--ngl", "8", "--ngld", "all")
     assert cpu.returncode == asked.returncode == 0, asked.stderr
     assert "--ngl 8 and --ngld all ignored: this llama.cpp build has no GPU backend" in asked.stderr
+    assert asked.stderr.count("ignored") == 1  # once, not again for the draft
     assert "GPU" not in cpu.stderr and "runs on a GPU" not in asked.stderr  # no false exactness note
     assert json.loads(asked.stdout)["text"] == json.loads(cpu.stdout)["text"]
