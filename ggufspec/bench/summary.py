@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ggufspec.bench.configs import BASELINE, LOOKUP, BenchPlan, Config
 from ggufspec.bench.expected import estimate_alpha, expected_speedup, expected_speedup_partial
+from ggufspec.bench.prompts import set_names
 from ggufspec.bench.results import RunRecord
 
 BaseTps = Mapping[tuple[str, float], float | None]  # (prompt id, temperature) -> target alone's median tok/s
@@ -25,12 +26,28 @@ def median(xs: Iterable[float | None]) -> float | None:
 
 
 def summarise(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Mapping | None = None, peers: Mapping | None = None) -> dict:
-    """Per-configuration figures and the headline numbers.
+    """Per-configuration figures and the headline numbers, over all prompts and per prompt set.
 
     Returns a dict with `speedup` (the default configuration's), `vs_native` (our best K / native's
     best K, same draft; None without the native peer), `vs_llama_bench` (our target alone / llama-bench),
-    `configs` (one entry per configuration) and `by_category`.
+    `configs` (one entry per configuration) and `by_category`: all of them over every prompt of the
+    run (both built-in sets by default). `prompt_sets` names the sets in order and `sets[name]` holds
+    the same keys over that set's prompts alone, plus `prompts` (their ids).
     """
+    summary = _summarise_prompts(plan, runs, micro=micro, peers=peers)
+    sets: dict[str, Any] = {}
+    for name in set_names(plan.prompts):
+        sub = tuple(p for p in plan.prompts if p.prompt_set == name)
+        ids = {p.id for p in sub}
+        sets[name] = {"prompts": [p.id for p in sub],
+                      **_summarise_prompts(replace(plan, prompts=sub), [r for r in runs if r.prompt_id in ids],
+                                           micro=micro, peers=peers)}
+    return {**summary, "prompt_sets": list(sets), "sets": sets}
+
+
+def _summarise_prompts(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Mapping | None = None,
+                       peers: Mapping | None = None) -> dict:
+    """`summarise` over the prompts of `plan` (the runs on other prompts must be left out)."""
     micro = micro or {}
     peers = peers or {}
     ok = [r for r in runs if r.error is None and r.generated_tokens > 1]
