@@ -181,3 +181,24 @@ def test_cli_bench_reports_both_sets_by_default(
     assert {r["prompt_id"] for r in data["runs"]} == {"chat-01", "h-chat-01"}
     md = (out / "bench.md").read_text()
     assert "## Prompt set `tuned`: 1 prompts" in md and "## Prompt set `heldout`: 1 prompts" in md
+
+
+def test_default_vs_best_fixed_or_always_draft_per_category() -> None:
+    from ggufspec.bench.summary import default_vs_best
+
+    configs = [
+        {"name": "target alone", "engine": "ggufspec", "draft": "none", "temperature": 0.0, "fixed": True, "speedup": 1.0},
+        {"name": "d adaptive", "engine": "ggufspec", "draft": "d", "temperature": 0.0, "fixed": False, "speedup": 1.1},
+        {"name": "d K=4", "engine": "ggufspec", "draft": "d", "temperature": 0.0, "fixed": True, "speedup": 1.2},
+        {"name": "d always", "engine": "ggufspec", "draft": "d", "temperature": 0.0, "fixed": False, "always_draft": True, "speedup": 0.9},
+        {"name": "lookup adaptive", "engine": "ggufspec", "draft": "lookup", "temperature": 0.0, "fixed": False, "speedup": 3.0},
+        {"name": "native K=4", "engine": "native", "draft": "d", "temperature": 0.0, "fixed": True, "speedup": 5.0},
+    ]
+    by_cat = {"d adaptive": {"chat": 1.1, "code": 0.95}, "d K=4": {"chat": 1.25, "code": 0.8},
+              "d always": {"chat": 1.0, "code": 0.9}, "lookup adaptive": {"chat": 3.0, "code": 3.0}}
+    vs = default_vs_best(configs, by_cat, default="d adaptive")
+    # over all prompts: against K=4 (adaptive lookup, native and the target alone are not rivals)
+    assert vs["all"] == {"default": 1.1, "reference": "d K=4", "reference_speedup": 1.2, "ratio": pytest.approx(1.1 / 1.2)}
+    assert vs["chat"]["reference"] == "d K=4" and vs["chat"]["ratio"] == pytest.approx(1.1 / 1.25)
+    # no rival beats the target alone on code: the reference is the target alone
+    assert vs["code"] == {"default": 0.95, "reference": "target alone", "reference_speedup": 1.0, "ratio": 0.95}

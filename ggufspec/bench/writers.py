@@ -199,6 +199,12 @@ def _set_sections(result: BenchResult) -> list[str]:
             lines.append(f"- best greedy configuration: {s['best_speedup']['name']} {fmt_figure(s['best_speedup']['speedup'])}x")
         if s.get("identical_greedy") is not None:
             lines.append(f"- greedy runs token-identical to the target alone: {s['identical_greedy']:.0%}")
+        vs = s.get("default_vs_best") or {}
+        if any(v.get("ratio") is not None for v in vs.values()):
+            lines.append("- default / best fixed or always-draft configuration (the target alone where none beats it): "
+                         + "; ".join(f"{cat} {fmt_figure(v['ratio'])} ({v['reference']})" for cat, v in vs.items()
+                                     if v.get("ratio") is not None)
+                         + f"; lowest **{fmt_figure(s.get('default_vs_best_min'))}**")
         if s.get("by_category"):
             lines += ["", *_category_table(s)]
     return lines
