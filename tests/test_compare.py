@@ -115,7 +115,9 @@ def test_cli_compare_json_runs_n_alternated_repeats(tiny_target_q8: Path, tiny_d
         "import ggufspec.runtime as rt\n"
         "_orig = rt.SpeculativePair.generate\n"
         "def _counting(self, **kw):\n"
-        "    sys.stderr.write(f\"GEN {'alone' if kw.get('drafter', 1) is None else 'speculative'} {kw['max_tokens']}\\n\")\n"
+        "    side = 'alone' if kw.get('drafter', 1) is None else 'speculative'\n"
+        "    paced = kw['speculative'].length.paced\n"
+        "    sys.stderr.write(f\"GEN {side} {kw['max_tokens']} {'paced' if paced else 'fixed'}\\n\")\n"
         "    return _orig(self, **kw)\n"
         "rt.SpeculativePair.generate = _counting\n"
     )
@@ -123,10 +125,12 @@ def test_cli_compare_json_runs_n_alternated_repeats(tiny_target_q8: Path, tiny_d
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     gens = [line.split()[1:] for line in proc.stderr.splitlines() if line.startswith("GEN ")]
-    # an uncounted warm-up of each side (16 tokens), then 3 ABBA pairs of 20 tokens
-    assert gens == [["speculative", "16"], ["alone", "16"],
-                    ["speculative", "20"], ["alone", "20"], ["alone", "20"], ["speculative", "20"],
-                    ["speculative", "20"], ["alone", "20"]]
+    # an uncounted warm-up of each side (16 tokens; the speculative one at a fixed length, so that
+    # the pair's pacer never learns from cold timings), then 3 ABBA pairs of 20 tokens
+    assert [g[:2] for g in gens] == [["speculative", "16"], ["alone", "16"],
+                                     ["speculative", "20"], ["alone", "20"], ["alone", "20"], ["speculative", "20"],
+                                     ["speculative", "20"], ["alone", "20"]]
+    assert [g[2] for g in gens if g[0] == "speculative"] == ["fixed", "paced", "paced", "paced"]
     c = out["compare"]
     assert c["repeats"] == 3 and len(c["speedups"]) == 3 and c["warmup_tokens"] == 16
     assert c["order"] == ["speculative:0", "alone:0", "alone:1", "speculative:1", "speculative:2", "alone:2"]

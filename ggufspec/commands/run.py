@@ -144,20 +144,25 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
     """Warm-up, then `repeats` pairs of speculative / target-alone runs, ABBA (ggufspec.compare).
     The first speculative run streams (without --json). Returns (Comparison, first speculative
     Generation, first target-alone Generation)."""
+    from dataclasses import replace
+
     from ggufspec.compare import ALONE, SPECULATIVE, compare
 
     first: dict[str, object] = {}
 
-    def generate(side: str, n: int):
+    def generate(side: str, n: int, spec=speculative):
         return pair.generate(
-            prompt_tokens=tokens, max_tokens=n, sampling=sampling, speculative=speculative, stop=args.stop,
+            prompt_tokens=tokens, max_tokens=n, sampling=sampling, speculative=spec, stop=args.stop,
             **({"drafter": None} if side == ALONE else {}),
         )
 
     def warmup() -> int:
+        # the speculative warm-up drafts a fixed length: it runs both models and a multi-row
+        # verify, and the pair's pacer (which learns across generations) never sees cold timings
         n = min(WARMUP_TOKENS, args.max_tokens)
-        for side in (SPECULATIVE, ALONE):
-            generate(side, n).run()
+        fixed = replace(speculative, length=replace(speculative.length, fixed=True, always_draft=False))
+        generate(SPECULATIVE, n, fixed).run()
+        generate(ALONE, n).run()
         return n
 
     def run_one(repeat: int, side: str):
