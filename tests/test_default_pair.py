@@ -86,7 +86,7 @@ def test_greedy_identical_when_filling_the_context() -> None:
 
 def test_cli_runs_the_default_pair_with_no_model_arguments() -> None:
     proc = subprocess.run([sys.executable, "-m", "ggufspec.cli", "run", "-p", "Write a haiku about the sea.", "--chat",
-                           "-n", "32", "--json", "--compare"], capture_output=True, text=True, timeout=300)
+                           "-n", "32", "--json", "--compare", "--repeats", "1"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["identical"] is True

@@ -4,7 +4,7 @@ A bench is a plan of configurations run on the same prompts, target alone and sp
 alternated inside every (repeat, prompt) block, so that a slow minute on a shared machine hits
 both sides alike. Figures are medians: per prompt over repeats, then over prompts.
 
-    plan = make_plan(prompts=load_prompts(), k_values=(1, 2, 4, 8), repeats=3)
+    plan = make_plan(prompts=load_prompt_sets("both"), k_values=(1, 2, 4, 8), repeats=3)
     result = run_bench(plan)
     write_outputs(result, Path("bench-out"))
 
@@ -21,7 +21,7 @@ Peers on the same model files and prompts: llama.cpp's native `llama-speculative
 Hugging Face transformers assisted generation when torch and transformers are importable.
 
 Modules, one concept each (none imports llama_cpp at import time):
-    prompts   the built-in prompt set and --prompts FILE.jsonl
+    prompts   the built-in prompt sets (tuned, heldout) and --prompts FILE.jsonl
     configs   drafts, configurations and the plan (make_plan)
     expected  Theorem 3.8 and alpha
     results   RunRecord, BenchResult (bench.json)
@@ -42,12 +42,13 @@ from ggufspec.bench.expected import (
     expected_tokens_per_round,
 )
 from ggufspec.bench.peers import native_dir, parse_native_speculative
-from ggufspec.bench.prompts import CATEGORIES, load_prompts, pick_prompts
+from ggufspec.bench.prompts import CATEGORIES, PROMPT_SETS, limit_per_set, load_prompt_sets, load_prompts, pick_prompts
 from ggufspec.bench.runner import count_runs, run_bench
 from ggufspec.bench.writers import write_outputs
 
 __all__ = [
     "CATEGORIES",
+    "PROMPT_SETS",
     "LOOKUP",
     "DraftSpec",
     "count_runs",
@@ -58,6 +59,8 @@ __all__ = [
     "expected_speedup_measured_verify",
     "expected_speedup_partial",
     "expected_tokens_per_round",
+    "limit_per_set",
+    "load_prompt_sets",
     "load_prompts",
     "make_plan",
     "native_dir",

@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
-from typing import Any
+
+from ggufspec.sysload import load_now
+
+__all__ = ["load_now", "machine_info"]  # load_now lives in ggufspec.sysload (run --compare uses it too)
 
 
 def machine_info(*, n_threads: int | None = None) -> dict:
@@ -54,19 +57,3 @@ def _batch_invariant_kernels() -> bool | None:
         return batch_invariant_kernels()
     except Exception:
         return None
-
-
-def load_now() -> dict:
-    """Load average and CPU pressure (PSI, /proc/pressure/cpu), what this system reports of them."""
-    out: dict[str, Any] = {}
-    try:
-        out["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        pass
-    try:
-        some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()
-        out["cpu_pressure_avg10"] = float(some[1].split("=")[1])
-        out["cpu_pressure_avg60"] = float(some[2].split("=")[1])
-    except (OSError, IndexError, ValueError):
-        pass
-    return out

@@ -105,9 +105,15 @@ def write_plots(result: BenchResult, out: Path) -> list[Path]:
 
 
 def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path)
+    """The figure as a PNG at `path`, landing whole (ggufspec.bench.writers.write_atomic)."""
+    import io
+
     import matplotlib.pyplot as plt
 
+    from ggufspec.bench.writers import write_atomic
+
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
-    return path
+    return write_atomic(path, buf.getvalue())

@@ -1,4 +1,11 @@
-"""Bench prompts: the built-in set (package data) and `--prompts FILE.jsonl`, checked line by line."""
+"""Bench prompts: the two built-in sets (package data) and `--prompts FILE.jsonl`, checked line by line.
+
+Two built-in sets, so that a figure can be checked on prompts nobody tuned on:
+    tuned    ggufspec/prompts/bench.jsonl: chat, code, summarise, maths, long; the defaults
+             (draft lengths, pacing, controller) were chosen looking at figures on these
+    heldout  ggufspec/prompts/heldout.jsonl: 24 prompts (chat, code, summarise, maths, 6 each)
+             written fresh for issue 12 and never used for tuning; keep it that way
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,9 @@ from typing import Mapping, Sequence
 
 from ggufspec.errors import UserError
 
-CATEGORIES = ("chat", "code", "summarise", "maths", "long")  # of the built-in set
+CATEGORIES = ("chat", "code", "summarise", "maths", "long")  # of the built-in sets
+PROMPT_SETS = {"tuned": "bench.jsonl", "heldout": "heldout.jsonl"}  # built-in set -> file in ggufspec/prompts
+FILE_SET = "file"  # the set name of prompts read from --prompts FILE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,16 +30,38 @@ class BenchPrompt:
     id: str
     category: str
     messages: tuple[Mapping[str, str], ...]
+    prompt_set: str = FILE_SET  # "tuned" | "heldout" (built-in) | "file" (--prompts FILE)
 
 
-def builtin_prompts() -> Traversable:
-    """The built-in prompt set (chat, code, summarising a pasted text, maths, long answers),
-    shipped as package data: found in a wheel install as in a source tree."""
-    return files("ggufspec") / "prompts" / "bench.jsonl"
+def builtin_prompts(prompt_set: str = "tuned") -> Traversable:
+    """A built-in prompt set's file (see PROMPT_SETS), shipped as package data: found in a wheel
+    install as in a source tree."""
+    if prompt_set not in PROMPT_SETS:
+        raise UserError(f"unknown prompt set {prompt_set!r}; use {', '.join(PROMPT_SETS)} or both")
+    return files("ggufspec") / "prompts" / PROMPT_SETS[prompt_set]
 
 
-def load_prompts(path: Path | str | None = None) -> list[BenchPrompt]:
-    """Read a prompt file (None: the built-in set): one JSON object a line, {"id", "category", "messages"}.
+def load_prompt_sets(choice: str = "both") -> list[BenchPrompt]:
+    """The built-in prompts of `choice` ("tuned", "heldout" or "both": tuned first), each
+    tagged with its set.
+
+    Raises:
+        UserError: an unknown choice, or an id found in both sets.
+    """
+    names = list(PROMPT_SETS) if choice == "both" else [choice]
+    if any(n not in PROMPT_SETS for n in names):
+        raise UserError(f"unknown prompt set {choice!r}; use {', '.join(PROMPT_SETS)} or both")
+    out: list[BenchPrompt] = []
+    for name in names:
+        out += load_prompts(prompt_set=name)
+    ids = [p.id for p in out]
+    if len(set(ids)) != len(ids):
+        raise UserError(f"prompt ids repeat across the built-in sets: {sorted({i for i in ids if ids.count(i) > 1})}")
+    return out
+
+
+def load_prompts(path: Path | str | None = None, *, prompt_set: str = "tuned") -> list[BenchPrompt]:
+    """Read a prompt file (None: the built-in set `prompt_set`): one JSON object a line, {"id", "category", "messages"}.
 
     `category` is free text (the built-in set uses chat, code, summarise, maths, long);
     `messages` is a non-empty list of {"role", "content"} with roles system/user/assistant.
@@ -40,7 +71,8 @@ def load_prompts(path: Path | str | None = None) -> list[BenchPrompt]:
         UserError: a missing file, bad JSON, a missing or ill-typed field, a duplicate id,
             or no prompts at all; the message names the file and line.
     """
-    source: Path | Traversable = Path(path) if path is not None else builtin_prompts()
+    source: Path | Traversable = Path(path) if path is not None else builtin_prompts(prompt_set)
+    set_name = FILE_SET if path is not None else prompt_set
     try:
         text = source.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -53,7 +85,7 @@ def load_prompts(path: Path | str | None = None) -> list[BenchPrompt]:
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        prompt = _parse_line(line, where=f"{source}:{n}", seen=seen)
+        prompt = _parse_line(line, where=f"{source}:{n}", seen=seen, prompt_set=set_name)
         seen.add(prompt.id)
         prompts.append(prompt)
     if not prompts:
@@ -61,7 +93,7 @@ def load_prompts(path: Path | str | None = None) -> list[BenchPrompt]:
     return prompts
 
 
-def _parse_line(line: str, *, where: str, seen: set[str]) -> BenchPrompt:
+def _parse_line(line: str, *, where: str, seen: set[str], prompt_set: str) -> BenchPrompt:
     """One prompt line whose id is not in `seen`; `where` (file:line) heads every error."""
     try:
         obj = json.loads(line)
@@ -88,15 +120,32 @@ def _parse_line(line: str, *, where: str, seen: set[str]) -> BenchPrompt:
             raise UserError(f"{where}: unknown role {m['role']!r}; use system, user or assistant")
     if msgs[-1]["role"] != "user":
         raise UserError(f"{where}: the last message must be the user's")
-    return BenchPrompt(id=pid, category=cat, messages=tuple(dict(m) for m in msgs))
+    return BenchPrompt(id=pid, category=cat, messages=tuple(dict(m) for m in msgs), prompt_set=prompt_set)
 
 
 def pick_prompts(prompts: Sequence[BenchPrompt], per_category: Mapping[str, int]) -> list[BenchPrompt]:
-    """The first n prompts of each named category, in file order (for --quick)."""
+    """The first n prompts of each named category of each set, in file order (for --quick)."""
+    taken: dict[tuple[str, str], int] = {}
+    out = []
+    for p in prompts:
+        key = (p.prompt_set, p.category)
+        if taken.get(key, 0) < per_category.get(p.category, 0):
+            taken[key] = taken.get(key, 0) + 1
+            out.append(p)
+    return out
+
+
+def limit_per_set(prompts: Sequence[BenchPrompt], n: int) -> list[BenchPrompt]:
+    """The first n prompts of each set, in order (for --limit)."""
     taken: dict[str, int] = {}
     out = []
     for p in prompts:
-        if taken.get(p.category, 0) < per_category.get(p.category, 0):
-            taken[p.category] = taken.get(p.category, 0) + 1
+        if taken.get(p.prompt_set, 0) < n:
+            taken[p.prompt_set] = taken.get(p.prompt_set, 0) + 1
             out.append(p)
     return out
+
+
+def set_names(prompts: Sequence[BenchPrompt]) -> list[str]:
+    """The sets these prompts come from, in order of first appearance."""
+    return list(dict.fromkeys(p.prompt_set for p in prompts))

@@ -1,15 +1,41 @@
 """The bench's files: bench.json (everything), runs.csv (one row per run), bench.md (the report),
-and the PNG plots (ggufspec.bench.plots) into one output directory."""
+and the PNG plots (ggufspec.bench.plots) into one output directory. Each file lands whole
+(written to a temporary file beside it, then os.replace): an interrupted bench never leaves a
+half-written report over the previous one."""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
+from ggufspec.bench.prompts import FILE_SET, PROMPT_SETS
 from ggufspec.bench.results import BenchResult
+
+SET_BLURBS = {
+    "tuned": f"the built-in set the defaults were tuned on (`ggufspec/prompts/{PROMPT_SETS['tuned']}`)",
+    "heldout": f"written fresh and never used for tuning (`ggufspec/prompts/{PROMPT_SETS['heldout']}`)",
+    FILE_SET: "from `--prompts FILE`",
+}
+
+
+def write_atomic(path: Path, data: str | bytes) -> Path:
+    """Write `data` to `path` whole: a temporary file in the same directory, then os.replace."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a report is as readable as any new file
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 CSV_FIELDS = [
     "config", "engine", "draft", "k", "adaptive", "accept", "temperature", "prompt_id", "category", "repeat",
@@ -20,8 +46,13 @@ CSV_FIELDS = [
 
 def write_json(result: BenchResult, path: Path) -> Path:
     """Everything (`BenchResult.to_dict`)."""
-    path.write_text(json.dumps(result.to_dict(), indent=1, default=_json_default) + "\n")
-    return path
+    return write_atomic(path, json.dumps(result.to_dict(), indent=1, default=_json_default) + "\n")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _json_default(o: Any) -> Any:
@@ -32,12 +63,12 @@ def _json_default(o: Any) -> Any:
 
 def write_csv(result: BenchResult, path: Path) -> Path:
     """One row per run."""
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in result.runs:
-            w.writerow({k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(r).items()})
-    return path
+    f = io.StringIO(newline="")
+    w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for r in result.runs:
+        w.writerow({k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(r).items()})
+    return write_atomic(path, f.getvalue())
 
 
 def fmt_figure(x: Any, fmt: str = "{:.2f}", none: str = "–") -> str:
@@ -52,7 +83,7 @@ def markdown(result: BenchResult) -> str:
         f"# ggufspec bench: {plan.target_label} target",
         "",
         f"Target `{plan.target}`; drafts: {', '.join(f'`{d.label}`' for d in plan.drafts)}. "
-        f"{len(plan.prompts)} prompts ({', '.join(sorted({p.category for p in plan.prompts}))}), "
+        f"{len(plan.prompts)} prompts ({', '.join(sorted({p.category for p in plan.prompts}))}; prompt sets {_set_counts(s)}), "
         f"{plan.max_tokens} new tokens, {plan.repeats} repeat(s), target alone and speculative alternated; "
         "medians per prompt over repeats, then over prompts.",
         "",
@@ -93,6 +124,7 @@ def markdown(result: BenchResult) -> str:
                      f"{fmt_figure(s['transformers_assisted_speedup'])}x its own target alone, on {plan.slow_peer_prompts} prompts")
     if s.get("identical_greedy") is not None:
         lines.append(f"- greedy runs token-identical to the target alone: {s['identical_greedy']:.0%} (median over configurations)")
+    lines += _set_sections(result)
     lines += ["", "## Configurations", "",
               "| configuration | engine | tok/s | speedup | worst | accept | alpha | K eff | c | expected (Thm 3.8) | expected, verify measured | rounds drafting | draft / verify / python ms/tok | identical |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
@@ -116,11 +148,9 @@ def markdown(result: BenchResult) -> str:
                   ]
     cats = result.summary.get("by_category") or {}
     if cats:
-        names = sorted({c for row in cats.values() for c in row})
-        lines += ["", "## Speedup by prompt category", "", "| configuration | " + " | ".join(names) + " |",
-                  "|---|" + "---:|" * len(names)]
-        for cfg, row in cats.items():
-            lines.append(f"| {cfg} | " + " | ".join(fmt_figure(row.get(n)) for n in names) + " |")
+        several = len(result.summary.get("sets") or {}) > 1
+        lines += ["", "## Speedup by prompt category" + (" (all prompts, both sets)" if several else ""), ""]
+        lines += _category_table(result.summary)
     notes = list(result.peers.get("notes") or [])
     differ = sorted({r.prompt_id for r in result.runs if r.identical is False})
     if differ:
@@ -138,6 +168,48 @@ def markdown(result: BenchResult) -> str:
     return "\n".join(lines)
 
 
+def _set_counts(summary: Mapping) -> str:
+    """ "tuned 34, heldout 24": prompts per set."""
+    return ", ".join(f"{name} {len(sub.get('prompts') or [])}" for name, sub in (summary.get("sets") or {}).items()) or "-"
+
+
+def _category_table(summary: Mapping) -> list[str]:
+    """Speedup per greedy configuration: over all prompts of `summary`, then per category."""
+    cats = summary.get("by_category") or {}
+    names = sorted({c for row in cats.values() for c in row})
+    overall = {c["name"]: c.get("speedup") for c in summary.get("configs") or []}
+    lines = ["| configuration | all | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
+    for cfg, row in cats.items():
+        lines.append(f"| {cfg} | {fmt_figure(overall.get(cfg))} | " + " | ".join(fmt_figure(row.get(n)) for n in names) + " |")
+    return lines
+
+
+def _set_sections(result: BenchResult) -> list[str]:
+    """One section per prompt set: its headline and its speedup table per category."""
+    lines: list[str] = []
+    sets = result.summary.get("sets") or {}
+    if len(sets) > 1:
+        lines += ["", "The headline above is over all prompts of both sets; each set alone follows."]
+    for name, s in sets.items():
+        n = len(s.get("prompts") or [])
+        lines += ["", f"## Prompt set `{name}`: {n} prompts, {SET_BLURBS.get(name, name)}", "",
+                  f"- default configuration: **{fmt_figure(s.get('speedup'))}x** (worst prompt {fmt_figure(s.get('speedup_min'))}x; "
+                  f"chat prompts {fmt_figure(s.get('speedup_chat'))}x), accept rate {fmt_figure(s.get('accept_rate'), '{:.1%}')}"]
+        if s.get("best_speedup"):
+            lines.append(f"- best greedy configuration: {s['best_speedup']['name']} {fmt_figure(s['best_speedup']['speedup'])}x")
+        if s.get("identical_greedy") is not None:
+            lines.append(f"- greedy runs token-identical to the target alone: {s['identical_greedy']:.0%}")
+        vs = s.get("default_vs_best") or {}
+        if any(v.get("ratio") is not None for v in vs.values()):
+            lines.append("- default / best fixed or always-draft configuration (the target alone where none beats it): "
+                         + "; ".join(f"{cat} {fmt_figure(v['ratio'])} ({v['reference']})" for cat, v in vs.items()
+                                     if v.get("ratio") is not None)
+                         + f"; lowest **{fmt_figure(s.get('default_vs_best_min'))}**")
+        if s.get("by_category"):
+            lines += ["", *_category_table(s)]
+    return lines
+
+
 def _loadtext(load: Mapping | None) -> str:
     if not load or "loadavg" not in load:
         return "?"
@@ -149,24 +221,23 @@ def _loadtext(load: Mapping | None) -> str:
 
 def write_markdown(result: BenchResult, path: Path) -> Path:
     """The report (`markdown`)."""
-    path.write_text(markdown(result))
-    return path
+    return write_atomic(path, markdown(result))
 
 
 def write_outputs(result: BenchResult, out: Path, *, plots: bool = True) -> dict[str, Path | list[Path]]:
-    """bench.json, runs.csv, bench.md and the PNGs into `out` (created)."""
+    """The PNGs, then bench.json, runs.csv and bench.md into `out` (created). The plots come
+    first so that a note about them ("plots skipped") reaches bench.md and bench.json."""
     out.mkdir(parents=True, exist_ok=True)
-    files: dict[str, Any] = {
-        "json": write_json(result, out / "bench.json"),
-        "csv": write_csv(result, out / "runs.csv"),
-        "markdown": write_markdown(result, out / "bench.md"),
-    }
+    files: dict[str, Any] = {}
     if plots:
-        from ggufspec.bench.plots import write_plots
-
         try:
+            from ggufspec.bench.plots import write_plots
+
             files["plots"] = write_plots(result, out)
         except ImportError:
             result.peers.setdefault("notes", []).append("plots skipped: pip install matplotlib")
             files["plots"] = []
+    files["json"] = write_json(result, out / "bench.json")
+    files["csv"] = write_csv(result, out / "runs.csv")
+    files["markdown"] = write_markdown(result, out / "bench.md")
     return files

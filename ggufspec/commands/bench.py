@@ -1,11 +1,15 @@
 """Measure speedup, accept rate and peers side by side, with plots.
 
-Runs the target alone and speculative configurations alternately on the same prompts (the
-built-in set of chat, code, summarising, maths and long-answer prompts, or --prompts FILE.jsonl),
-takes medians over repeats and prompts, and writes bench.json, runs.csv, bench.md and PNG plots
-into --out. Sweeps: draft length K (fixed), drafts (the given ones, quantizations of the target
-made on the fly with --draft-quants, prompt lookup), fixed vs adaptive length, and at --temp the
-rejection vs match acceptance rules. With no --target/--draft: the embedded default pair.
+Runs the target alone and speculative configurations alternately on the same prompts, takes
+medians over repeats and prompts, and writes bench.json, runs.csv, bench.md and PNG plots into
+--out. Prompts: both built-in sets by default (--prompt-set tuned|heldout|both): `tuned`, the chat,
+code, summarising, maths and long-answer prompts the defaults were tuned on, and `heldout`, 24
+prompts written fresh and never used for tuning; or --prompts FILE.jsonl. Figures are reported
+over all prompts and per set.
+
+Sweeps: draft length K (fixed), drafts (the given ones, quantizations of the target made on the
+fly with --draft-quants, prompt lookup), fixed vs adaptive length, and at --temp the rejection vs
+match acceptance rules. With no --target/--draft: the embedded default pair.
 
 Peers on the same files: llama.cpp's native llama-speculative-simple and llama-bench (build them
 once with scripts/build_native.sh; without them the bench says so and vs_native is null),
@@ -13,11 +17,13 @@ llama_cpp.Llama with prompt-lookup drafting, and transformers assisted generatio
 transformers are importable.
 
 Each JSON summary holds `speedup` (median over prompts of speculative / target-alone generation
-tokens/s for the default configuration: the first draft, adaptive length) and `vs_native`.
+tokens/s for the default configuration: the first draft, adaptive length) and `vs_native`, over all
+prompts of the run; `sets` holds the same per prompt set.
 
 examples:
   ggufspec bench --quick --out bench-out
   ggufspec bench --sweep-k 1,2,4,8 --draft-quants Q8_0,Q4_0,Q2_K --repeats 3
+  ggufspec bench --prompt-set heldout --repeats 2 --sweep-k 2,4,8
   ggufspec bench --target ./big.gguf --draft ./small.gguf lookup --prompts mine.jsonl --json
 """
 
@@ -31,7 +37,7 @@ from pathlib import Path
 from ggufspec.commands import add_pair_argument
 from ggufspec.errors import UserError
 
-QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1}
+QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1}  # per prompt set
 FULL_DRAFT_QUANTS = "Q4_0,Q2_K"
 
 
@@ -45,12 +51,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"also draft with these quantizations of the target, made on the fly "
                         f"(default: {FULL_DRAFT_QUANTS} without --quick and --draft)")
     w = p.add_argument_group("workload")
-    w.add_argument("--prompts", metavar="FILE.jsonl", help="prompt file, one {id, category, messages} a line")
+    w.add_argument("--prompt-set", choices=("tuned", "heldout", "both"), default=None,
+                   help="built-in prompts: tuned (the set the defaults were tuned on), heldout (written fresh, "
+                        "never used for tuning) or both (default)")
+    w.add_argument("--prompts", metavar="FILE.jsonl", help="prompt file, one {id, category, messages} a line (instead of the built-in sets)")
     w.add_argument("--category", metavar="NAME", action="append", default=None, help="only prompts of this category (repeatable)")
-    w.add_argument("--limit", type=int, default=None, metavar="N", help="at most N prompts")
+    w.add_argument("--limit", type=int, default=None, metavar="N", help="at most N prompts of each set")
     w.add_argument("-n", "--max-tokens", type=int, default=128, metavar="N", help="new tokens per run (default 128)")
     w.add_argument("--repeats", type=int, default=None, metavar="N", help="repeats of every run (default 3; 1 with --quick)")
-    w.add_argument("--quick", action="store_true", help="5 prompts, 1 repeat, K in 2,4,8, no quantization sweep: under 5 minutes on 2 cores")
+    w.add_argument("--quick", action="store_true",
+                   help="5 prompts of each set, 1 repeat, K in 2,4,8, no quantization sweep: under 5 minutes a set on 2 cores")
     s = p.add_argument_group("sweeps")
     s.add_argument("--sweep-k", default=None, metavar="K,K", help="fixed draft lengths to sweep (default 1,2,4,8; 2,4,8 with --quick)")
     s.add_argument("--draft-max", type=int, default=8, metavar="N", help="draft_max of the adaptive configurations (default 8)")
@@ -92,7 +102,9 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be >= 1, got {args.limit}")
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)
-    prompts = bench.load_prompts(args.prompts)
+    if args.prompts and args.prompt_set:
+        raise UserError("give --prompts FILE or --prompt-set, not both")
+    prompts = bench.load_prompts(args.prompts) if args.prompts else bench.load_prompt_sets(args.prompt_set or "both")
     if args.category:
         prompts = [p for p in prompts if p.category in args.category]
         if not prompts:
@@ -100,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if args.quick and not args.prompts and not args.category:
         prompts = bench.pick_prompts(prompts, QUICK_PROMPTS)
     if args.limit:
-        prompts = prompts[: args.limit]
+        prompts = bench.limit_per_set(prompts, args.limit)
     native: bool | Path = not (args.no_native or args.no_peers)
     if native and args.native_dir:
         d = Path(args.native_dir).expanduser()
@@ -161,7 +173,9 @@ def run(args: argparse.Namespace) -> int:
 
     s = result.summary
     if args.json:
-        head = {k: v for k, v in s.items() if k not in ("configs", "by_category")}
+        head = {k: v for k, v in s.items() if k not in ("configs", "by_category", "sets")}
+        head["sets"] = {name: {k: v for k, v in sub.items() if k not in ("configs", "prompts")}
+                        for name, sub in s.get("sets", {}).items()}
         print(json.dumps({"summary": head, "files": {k: [str(x) for x in v] if isinstance(v, list) else str(v)
                                                       for k, v in files.items()}}, indent=1))
         return 0
@@ -193,5 +207,9 @@ def _print_table(console, result) -> None:
     if s.get("vs_llama_bench"):
         line += f"; target alone / llama-bench {f(s['vs_llama_bench'], '{:.3f}')}"
     console.print(line)
+    sets = s.get("sets") or {}
+    if len(sets) > 1:
+        console.print("; ".join(f"{name} set ({len(sub['prompts'])} prompts): speedup {f(sub.get('speedup'))}x, "
+                                f"worst {f(sub.get('speedup_min'))}x" for name, sub in sets.items()), soft_wrap=True)
     for note in result.peers.get("notes", []):
         console.print(f"[dim]note: {note}[/]")

@@ -5,8 +5,13 @@ where scripts/build_exact_kernels.sh has been run, else Q8_0, and its Q4_1 draft
 the default) output is token-identical to the target alone; sampling keeps the target's
 distribution (rejection sampling, Leviathan et al. / Chen et al. 2023).
 
+--compare runs the target alone too, alternated with the speculative run over --repeats pairs
+(default 3, ABBA, after an uncounted warm-up of both), and prints the median speedup with its
+min-max, each repeat's tok/s, and a NOISY note with the machine's load when a repeat's speedup
+lies beyond +-10% of the median.
+
 examples:
-  ggufspec run -p "Write a haiku about the sea" --chat --compare
+  ggufspec run -p "Write a haiku about the sea" --chat --compare --repeats 5
   ggufspec run --target ./big.gguf --draft ./small.gguf -p "def quicksort(xs):" -n 256 -v
   ggufspec run --draft lookup -p "$(cat notes.txt) Summarise the notes above." --json
 """
@@ -63,7 +68,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("-v", "--verbose", action="store_true", help="colour each token by where it came from")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
-    o.add_argument("--compare", action="store_true", help="also run the target alone; print the speedup")
+    o.add_argument("--compare", action="store_true",
+                   help="also run the target alone, alternated with the speculative run over --repeats pairs "
+                        "after an uncounted warm-up; print the median speedup, its range and the machine's load")
+    o.add_argument("--repeats", type=int, default=None, metavar="N",
+                   help="with --compare: pairs of runs (default 3); the speedup is their median")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,6 +102,11 @@ def run(args: argparse.Namespace) -> int:
     speculative.rule_for(sampling)
     if args.max_tokens < 1:
         raise UserError(f"-n must be >= 1, got {args.max_tokens}")
+    if args.repeats is not None and not args.compare:
+        raise UserError("--repeats counts the runs of --compare; add --compare or drop --repeats")
+    repeats = 3 if args.repeats is None else args.repeats
+    if repeats < 1:
+        raise UserError(f"--repeats must be >= 1, got {repeats}")
     settings = PairSettings(
         context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads, cache_type_k=args.cache_type,
                                 cache_type_v=args.cache_type),
@@ -107,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"note: {pair.inexact_greedy}\n")
         messages = [{"role": "user", "content": args.prompt}] if args.chat else None
         tokens = pair.encode(prompt=None if args.chat else args.prompt, messages=messages)
+        if args.compare:
+            comparison, gen, baseline = _compare(args, pair, tokens, sampling, speculative, repeats=repeats)
+            _report(args, pair, gen, baseline, sampling, comparison)
+            return 0
         gen = pair.generate(
             prompt_tokens=tokens, max_tokens=args.max_tokens, sampling=sampling,
             speculative=speculative, stop=args.stop,
@@ -115,14 +133,56 @@ def run(args: argparse.Namespace) -> int:
             gen.run()
         else:
             _stream(gen, colour=args.verbose)
-        baseline = None
-        if args.compare:
-            baseline = pair.generate(
-                prompt_tokens=tokens, drafter=None, max_tokens=args.max_tokens, sampling=sampling,
-                speculative=speculative, stop=args.stop,
-            ).run()
-        _report(args, pair, gen, baseline, sampling)
+        _report(args, pair, gen, None, sampling)
     return 0
+
+
+WARMUP_TOKENS = 16  # per side: pages both models' weights in and fills llama.cpp's buffers
+
+
+def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
+    """Warm-up, then `repeats` pairs of speculative / target-alone runs, ABBA (ggufspec.compare).
+    The first speculative run streams (without --json). Returns (Comparison, first speculative
+    Generation, first target-alone Generation)."""
+    from dataclasses import replace
+
+    from ggufspec.compare import ALONE, SPECULATIVE, compare
+
+    first: dict[str, object] = {}
+
+    def generate(side: str, n: int, spec=speculative):
+        return pair.generate(
+            prompt_tokens=tokens, max_tokens=n, sampling=sampling, speculative=spec, stop=args.stop,
+            **({"drafter": None} if side == ALONE else {}),
+        )
+
+    def warmup() -> int:
+        # the speculative warm-up drafts a fixed length: it runs both models and a multi-row
+        # verify, and the pair's pacer (which learns across generations) never sees cold timings
+        n = min(WARMUP_TOKENS, args.max_tokens)
+        fixed = replace(speculative, length=replace(speculative.length, fixed=True, always_draft=False))
+        generate(SPECULATIVE, n, fixed).run()
+        generate(ALONE, n).run()
+        return n
+
+    def run_one(repeat: int, side: str):
+        gen = generate(side, args.max_tokens)
+        if side == SPECULATIVE and SPECULATIVE not in first and not args.json:
+            _stream(gen, colour=args.verbose)
+        else:
+            gen.run()
+        first.setdefault(side, gen)
+        return _measured(gen, side)
+
+    comparison = compare(run=run_one, repeats=repeats, greedy=sampling.greedy, warmup=warmup)
+    return comparison, first[SPECULATIVE], first[ALONE]
+
+
+def _measured(gen, side: str):
+    """One counted run's figures; `side` is speculative or alone (a seam: tests replace it to inject a spread)."""
+    from ggufspec.compare import Measured
+
+    return Measured(gen_tps=gen.stats.gen_tps, generated_tokens=gen.stats.generated_tokens, tokens=tuple(gen.tokens))
 
 
 def _stream(gen, *, colour: bool) -> None:
@@ -151,7 +211,7 @@ def _stream(gen, *, colour: bool) -> None:
         out.flush()
 
 
-def _report(args, pair, gen, baseline, sampling) -> None:
+def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
     s = gen.stats
     stats = {
         "prompt_tokens": s.prompt_tokens,
@@ -171,11 +231,21 @@ def _report(args, pair, gen, baseline, sampling) -> None:
         "stop_reason": s.stop_reason,
     }
     result: dict = {"text": gen.text, "target": str(pair.target_path), "draft": pair.draft_name(), "stats": stats}
-    if baseline is not None:
-        b = baseline.stats
-        result["baseline"] = {"text": baseline.text, "gen_tps": round(b.gen_tps, 2)}
-        result["speedup"] = round(s.gen_tps / b.gen_tps, 3) if b.gen_tps else None
-        result["identical"] = baseline.tokens == gen.tokens if sampling.greedy else None
+    load = None
+    if comparison is not None:
+        import statistics
+
+        from ggufspec.compare import ALONE
+        from ggufspec.sysload import load_now
+
+        load = load_now()  # its 1-min load average and 60 s CPU pressure span the runs just done
+        sp = comparison.spread
+        # stats and text: the first speculative run; baseline: the first target-alone run's text,
+        # the median tok/s over repeats; speedup: the median of the per-repeat speedups
+        result["baseline"] = {"text": baseline.text, "gen_tps": round(statistics.median(comparison.tps(ALONE)), 2)}
+        result["speedup"] = round(sp.median, 3) if sp else None
+        result["identical"] = comparison.identical
+        result["compare"] = comparison.to_dict(load=load)
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
         return
@@ -185,9 +255,10 @@ def _report(args, pair, gen, baseline, sampling) -> None:
     err = Console(stderr=True, highlight=False)
     table = Table(title=f"target {pair.target_path.name}  draft {pair.draft_name() if pair.draft_path is None else pair.draft_path.name}", title_justify="left")
     table.add_column("metric")
-    table.add_column("speculative", justify="right")
+    first = " (first run)" if comparison is not None and len(comparison.speedups) > 1 else ""
+    table.add_column("speculative" + first, justify="right")
     if baseline is not None:
-        table.add_column("target alone", justify="right")
+        table.add_column("target alone" + first, justify="right")
     rows = [
         ("prompt tokens/s", f"{s.prompt_tps:.1f}", f"{baseline.stats.prompt_tps:.1f}" if baseline else None),
         ("generation tokens/s", f"{s.gen_tps:.1f}", f"{baseline.stats.gen_tps:.1f}" if baseline else None),
@@ -201,8 +272,9 @@ def _report(args, pair, gen, baseline, sampling) -> None:
     for name, a, b in rows:
         table.add_row(name, a, *([b] if baseline is not None else []))
     err.print(table)
-    if baseline is not None:
-        line = f"speedup {result['speedup']:.2f}x"
-        if sampling.greedy:
-            line += "; output identical to the target alone" if result["identical"] else "; OUTPUT DIFFERS from the target alone"
-        err.print(line)
+    if comparison is not None:
+        from ggufspec.compare import report_lines
+
+        for line in report_lines(comparison, load=load):
+            err.print(line, markup=False, soft_wrap=True)
+

@@ -1,0 +1,174 @@
+"""Speculative against the target alone, repeated and alternated (`ggufspec run --compare`).
+
+One run of each is one draw on a shared machine: the same command gave 0.98x, 1.43x and 1.64x in
+three consecutive runs (issue 12). So a comparison is `repeats` pairs of runs, alternated ABBA
+(repeat r runs speculative first when r is even, the target alone first when r is odd) after an
+uncounted warm-up of both, so that a slow minute or the order hits both sides alike. Figures:
+
+    speedup_r  = speculative gen tok/s / target-alone gen tok/s of the same repeat r
+    median     = the median of speedup_r over repeats (the reported speedup)
+    spread_pct = 100 * max(max_r / median - 1, 1 - min_r / median)
+    noisy      = max_r > (1 + tol) * median  or  min_r < (1 - tol) * median   (tol = 0.10: +-10%)
+
+Pure: the runs themselves come from a callable, so this is tested on fakes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from ggufspec.sysload import describe_load
+
+SPECULATIVE = "speculative"
+ALONE = "alone"
+NOISE_TOLERANCE = 0.10  # the speedups may spread +-10% around their median before we call it noisy
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spread:
+    """The speedups of a repeated comparison: median, range, and whether they spread too far."""
+
+    median: float
+    min: float
+    max: float
+    spread_pct: float  # 100 * max(max / median - 1, 1 - min / median)
+    noisy: bool  # some speedup lies beyond (1 +- tolerance) * median
+    tolerance_pct: float
+
+
+def spread(speedups: Sequence[float], *, tolerance: float = NOISE_TOLERANCE) -> Spread:
+    """Median, min, max of `speedups` and the noisy verdict (see the module docstring).
+
+    Raises:
+        ValueError: no speedups, or one that is not positive.
+    """
+    if not speedups:
+        raise ValueError("spread of no speedups")
+    if any(not s > 0 for s in speedups):
+        raise ValueError(f"speedups must be positive, got {list(speedups)}")
+    med = statistics.median(speedups)
+    lo, hi = min(speedups), max(speedups)
+    return Spread(
+        median=med, min=lo, max=hi, spread_pct=100.0 * max(hi / med - 1.0, 1.0 - lo / med),
+        noisy=hi > (1.0 + tolerance) * med or lo < (1.0 - tolerance) * med, tolerance_pct=100.0 * tolerance,
+    )
+
+
+def run_order(repeats: int) -> list[tuple[int, str]]:
+    """(repeat, side) in the order they run: ABBA, speculative first in repeat 0."""
+    order: list[tuple[int, str]] = []
+    for r in range(repeats):
+        pair = (SPECULATIVE, ALONE) if r % 2 == 0 else (ALONE, SPECULATIVE)
+        order += [(r, side) for side in pair]
+    return order
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """What one counted run gave: its generation tok/s and tokens."""
+
+    gen_tps: float
+    generated_tokens: int
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareRun:
+    repeat: int
+    side: str  # SPECULATIVE | ALONE
+    gen_tps: float
+    generated_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """Every counted run in order, the per-repeat speedups and their spread."""
+
+    runs: tuple[CompareRun, ...]
+    speedups: tuple[float, ...]  # per repeat; a repeat whose target alone measured 0 tok/s is left out
+    spread: Spread | None  # None when no repeat gave a speedup
+    identical: bool | None  # greedy: every run's tokens equal the first target-alone run's; None when sampling
+    warmup_tokens: int  # tokens of the uncounted warm-up of each side (0: none)
+
+    def tps(self, side: str) -> list[float]:
+        """Generation tok/s of `side`, per repeat."""
+        return [r.gen_tps for r in sorted(self.runs, key=lambda r: r.repeat) if r.side == side]
+
+    def to_dict(self, *, load: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The `compare` object of `run --compare --json`."""
+        sp = self.spread
+        return {
+            "repeats": len({r.repeat for r in self.runs}),
+            "speedups": [round(x, 4) for x in self.speedups],
+            "median": round(sp.median, 4) if sp else None,
+            "min": round(sp.min, 4) if sp else None,
+            "max": round(sp.max, 4) if sp else None,
+            "spread_pct": round(sp.spread_pct, 2) if sp else None,
+            "noisy": sp.noisy if sp else None,
+            "tolerance_pct": sp.tolerance_pct if sp else 100.0 * NOISE_TOLERANCE,
+            "speculative_tps": [round(x, 2) for x in self.tps(SPECULATIVE)],
+            "alone_tps": [round(x, 2) for x in self.tps(ALONE)],
+            "order": [f"{r.side}:{r.repeat}" for r in self.runs],
+            "warmup_tokens": self.warmup_tokens,
+            "identical": self.identical,
+            "load": dict(load or {}),
+        }
+
+
+def compare(
+    *,
+    run: Callable[[int, str], Measured],
+    repeats: int,
+    greedy: bool,
+    warmup: Callable[[], int] | None = None,
+    tolerance: float = NOISE_TOLERANCE,
+) -> Comparison:
+    """Run `warmup` (uncounted; returns its tokens per side), then `run(repeat, side)` in
+    `run_order(repeats)`, and summarise.
+
+    Raises:
+        ValueError: repeats < 1.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    warm = warmup() if warmup is not None else 0
+    runs: list[CompareRun] = []
+    by: dict[tuple[int, str], Measured] = {}
+    for r, side in run_order(repeats):
+        m = run(r, side)
+        by[(r, side)] = m
+        runs.append(CompareRun(repeat=r, side=side, gen_tps=m.gen_tps, generated_tokens=m.generated_tokens))
+    speedups = tuple(by[(r, SPECULATIVE)].gen_tps / by[(r, ALONE)].gen_tps for r in range(repeats)
+                     if by[(r, ALONE)].gen_tps > 0 and by[(r, SPECULATIVE)].gen_tps > 0)
+    identical = None
+    if greedy:
+        ref = by[(0, ALONE)].tokens
+        identical = all(m.tokens == ref for m in by.values())
+    return Comparison(runs=tuple(runs), speedups=speedups, spread=spread(speedups, tolerance=tolerance) if speedups else None,
+                      identical=identical, warmup_tokens=warm)
+
+
+def report_lines(comparison: Comparison, *, load: Mapping[str, Any] | None) -> list[str]:
+    """The human report of a repeated comparison: the median speedup and its range, each
+    repeat's tok/s, the noisy note with the machine's load, greedy identity."""
+    sp = comparison.spread
+    n = len(comparison.tps(ALONE))
+    if sp is None:
+        lines = [f"speedup: not measured (the target alone generated too few tokens to time in {n} repeat(s))"]
+    else:
+        lines = [f"speedup {sp.median:.2f}x, median of {n} repeat(s) (min {sp.min:.2f}x, max {sp.max:.2f}x, "
+                 f"spread +-{sp.spread_pct:.0f}%); warm-up of {comparison.warmup_tokens} tokens per side not counted"]
+    spec, alone = comparison.tps(SPECULATIVE), comparison.tps(ALONE)
+    lines.append("  tok/s per repeat: speculative " + " / ".join(f"{x:.1f}" for x in spec)
+                 + "; target alone " + " / ".join(f"{x:.1f}" for x in alone))
+    if sp is not None and sp.noisy:
+        lines.append(f"NOISY: the speedups spread +-{sp.spread_pct:.0f}% around their median (beyond +-{sp.tolerance_pct:.0f}%); "
+                     f"{describe_load(load)}: trust the median, or rerun on a quieter machine or with more --repeats")
+    else:
+        lines.append(f"  {describe_load(load)}")
+    if comparison.identical is not None:
+        lines.append("output identical to the target alone in every repeat" if comparison.identical
+                     else "OUTPUT DIFFERS from the target alone (greedy)")
+    return lines
