@@ -34,5 +34,7 @@ def test_local_shards(tmp_path: Path) -> None:
 
 
 def test_one_definition() -> None:
-    assert refs.local_shards is local_shards and ggufinfo.local_shards is local_shards
+    # checked in the modules that look the names up
+    assert refs.local_shards is local_shards and ggufinfo.header.local_shards is local_shards
+    assert hub.quants.split_info is split_info and hub.download.split_info is split_info
     assert hub.split_info is split_info
