@@ -296,7 +296,8 @@ def load_pair(
     from ggufspec.devices import offload_devices
 
     model_devices = offload_devices()  # free memory before loading: llama.cpp's default split
-    on_gpu = target_load.n_gpu_layers != 0
+    # RPC workers served by ggufspec compute with its CPU kernels: batch-invariant, like the CPU
+    on_gpu = target_load.n_gpu_layers != 0 and any(d.kind == "gpu" for d in model_devices)
     ctx_settings: ContextSettings = settings.context.with_cache_type(auto_cache_type(target_info, on_gpu=on_gpu))
     target_model = Model(target_path, settings=target_load)
     try:

@@ -350,7 +350,7 @@ def plan_offload(
     # "auto" as load_pair resolves it: the target's cache q8_0 on the CPU, f16 on a GPU; the
     # draft's f16 (its numerics never reach the output)
     draft_context = (draft_context or context).with_cache_type("f16")
-    context = context.with_cache_type(auto_cache_type(target, on_gpu=bool(gpus)))
+    context = context.with_cache_type(auto_cache_type(target, on_gpu=any(g.kind == "gpu" for g in gpus)))
     check_cache_types(target, context)
     if draft is not None:
         check_cache_types(draft, draft_context)
