@@ -106,7 +106,8 @@ def _add_workers(settings: PairSettings) -> None:
     from ggufspec.rpc import parse_endpoints
 
     devices.add_workers(parse_endpoints(",".join(settings.rpc)))
-    devices.on_worker_failure(devices.current_failure_handler())
+    if not devices.failure_handled():  # a server installs its own (it survives a worker's death)
+        devices.on_worker_failure()
     gpu_offload_supported.cache_clear()  # llama.cpp offloads once an RPC backend is registered
 
 
@@ -320,4 +321,9 @@ def load_pair(
     except BaseException:
         pair.close()
         raise
+    if settings.rpc:  # llama.cpp's connections to the workers exist now: a dead one is found in 25 s
+        from ggufspec.llama.devices import harden_worker_sockets
+        from ggufspec.rpc import parse_endpoints
+
+        harden_worker_sockets(parse_endpoints(",".join(settings.rpc)))
     return pair

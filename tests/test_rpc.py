@@ -186,3 +186,49 @@ def test_worker_killed_mid_generation_exits_2_within_30s(tiny_target: Path) -> N
     assert "finished" not in out
     assert err.strip().startswith("error: an RPC worker stopped answering mid-run")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_server_survives_a_dead_worker(tiny_target: Path, tiny_draft: Path, tmp_path: Path) -> None:
+    import httpx
+
+    worker, endpoint = _start_worker()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        srv = subprocess.Popen([sys.executable, "-m", "ggufspec.cli", "serve", "--target", str(tiny_target), "--draft",
+                                str(tiny_draft), "--rpc", endpoint, "--host", "127.0.0.1", "--port", "0", "--threads", "1",
+                                "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=_env())
+    try:
+        url = None
+        for _ in range(1200):  # the port line, then /health
+            assert srv.poll() is None, log.read_text()
+            text = log.read_text()
+            if "listening on http://" in text:
+                url = text.split("listening on ")[1].split("/v1")[0]
+                try:
+                    if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+            time.sleep(0.05)
+        assert url is not None
+        body = {"model": "m", "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}
+        ok = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+        assert ok.status_code == 200, ok.text
+        worker.kill()
+        worker.wait()
+        lost = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+        assert lost.status_code == 503 and "RPC worker" in lost.text, lost.text
+        health = httpx.get(f"{url}/health", timeout=5)
+        assert health.status_code == 503 and health.json()["status"] == "unavailable"
+        again = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+        assert again.status_code == 503
+        assert srv.poll() is None  # still serving
+    finally:
+        worker.kill()
+        srv.terminate()
+        try:
+            srv.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()
+            pytest.fail("the server did not stop within 30 s of SIGTERM after losing its worker")

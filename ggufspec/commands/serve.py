@@ -116,4 +116,9 @@ def run(args: argparse.Namespace) -> int:
         )
         server = uvicorn.Server(config)
         server.run(sockets=[sock])
+        lost = app.state.server.worker.lost
+        if lost is not None:  # freeing buffers on a dead worker would wait for it: leave it to the OS
+            err.write(f"error: an RPC worker stopped answering ({lost}); restart it and the server\n")
+            err.flush()
+            os._exit(2)
     return 0

@@ -192,19 +192,27 @@ def serve_worker(*, host: str, port: int, n_threads: int) -> None:
 
 _ABORT = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 _abort_handler: Callable[[str], None] | None = None
+_park = False
+_installed = False
 
 
 @_ABORT
 def _on_abort(message: bytes) -> None:
     text = (message or b"").decode(errors="replace").strip().splitlines()
     reason = text[-1] if text else "llama.cpp aborted"
+    rpc = "RPC" in reason or "rpc" in reason
     handler = _abort_handler
     if handler is not None:
         try:
             handler(reason)
         except BaseException:
             pass
-    if "RPC" in reason or "rpc" in reason:
+    if _park and rpc:
+        # the server: this thread never returns into llama.cpp (abort() would follow), and the
+        # generation waiting on it stays blocked; the handler has failed its request and closed
+        # the server to new ones, and the process keeps answering /health
+        threading.Event().wait()
+    if rpc:
         line = ("error: an RPC worker stopped answering mid-run (llama.cpp: "
                 f"{reason.split(': ', 1)[-1]}); restart it (`ggufspec rpc-server`) and run again\n")
     else:
@@ -216,15 +224,70 @@ def _on_abort(message: bytes) -> None:
         os._exit(2)
 
 
-def on_worker_failure(handler: Callable[[str], None] | None = None) -> None:
-    """Make llama.cpp's GGML_ABORT (a worker gone mid-run) print one line and exit 2.
+def on_worker_failure(handler: Callable[[str], None] | None = None, *, park: bool = False) -> None:
+    """Handle llama.cpp's GGML_ABORT (an RPC worker gone mid-run): one line and exit 2.
 
-    `handler(reason)` runs first (the server records the failure there). ggml's abort callback
-    cannot return into llama.cpp (abort() follows it), so the process ends here in every case.
+    `handler(reason)` runs first. With `park`, a worker failure does not end the process: the
+    failing thread blocks forever instead (ggml's abort callback cannot return into llama.cpp), so
+    a server can fail that request and go on answering; the pair is unusable from then on.
     """
-    global _abort_handler
-    _abort_handler = handler
+    global _abort_handler, _park, _installed
+    _abort_handler, _park = handler, park
     _ggml().ggml_set_abort_callback(ctypes.cast(_on_abort, ctypes.c_void_p))
+    _installed = True
+
+
+def failure_handled() -> bool:
+    """True once `on_worker_failure` has been called in this process."""
+    return _installed
+
+
+# ---- dead workers are found within seconds -----------------------------------------------------
+
+# TCP keepalive probes a silent connection: a worker machine that is gone (power, network) fails
+# the pending recv after KEEPIDLE + KEEPCNT * KEEPINTVL = 10 + 3 * 5 = 25 s, while a worker that is
+# merely slow (a long graph) still answers the probes from its kernel. TCP_USER_TIMEOUT bounds
+# data sent but never acknowledged the same way. ggml-rpc sets neither.
+_KEEPIDLE_S, _KEEPINTVL_S, _KEEPCNT, _USER_TIMEOUT_MS = 10, 5, 3, 25_000
+
+
+def harden_worker_sockets(endpoints: tuple[Endpoint, ...]) -> int:
+    """Set keepalive and a user timeout on this process's TCP connections to the workers.
+
+    llama.cpp opens its connections lazily (a loaded model's buffers hold one per worker), so call
+    this after loading. Returns the number of sockets set.
+    """
+    import socket
+
+    wanted = set()
+    for ep in endpoints:
+        try:
+            for info in socket.getaddrinfo(ep.host, ep.port, type=socket.SOCK_STREAM):
+                wanted.add((info[4][0], ep.port))
+        except OSError:
+            continue
+    n = 0
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        try:
+            fd = int(name)
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            s = socket.socket(fileno=os.dup(fd))
+        except (OSError, ValueError):
+            continue
+        with s:
+            try:
+                if s.type != socket.SOCK_STREAM or s.getpeername()[:2] not in wanted:
+                    continue
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                for opt, value in (("TCP_KEEPIDLE", _KEEPIDLE_S), ("TCP_KEEPINTVL", _KEEPINTVL_S),
+                                   ("TCP_KEEPCNT", _KEEPCNT), ("TCP_USER_TIMEOUT", _USER_TIMEOUT_MS)):
+                    if hasattr(socket, opt):
+                        s.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
+                n += 1
+            except OSError:
+                continue
+    return n
 
 
 def current_failure_handler() -> Callable[[str], None] | None:
