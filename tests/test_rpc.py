@@ -232,3 +232,81 @@ def test_server_survives_a_dead_worker(tiny_target: Path, tiny_draft: Path, tmp_
             srv.kill()
             srv.wait()
             pytest.fail("the server did not stop within 30 s of SIGTERM after losing its worker")
+
+
+def test_worker_of_another_version_is_one_line_exit_2() -> None:
+    import struct
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def answer() -> None:  # a protocol 6 worker: reads the HELLO, answers version 6.1.0
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(1 + 8 + 24)
+            conn.sendall(struct.pack("<Q", 28) + bytes([6, 1, 0, 0]) + bytes(24))
+
+    t = threading.Thread(target=answer, daemon=True)
+    t.start()
+    r = _cli("devices", "--rpc", f"127.0.0.1:{port}")
+    srv.close()
+    assert r.returncode == 2
+    assert r.stderr.strip() == (f"error: RPC worker 127.0.0.1:{port} speaks protocol 6.1.0, this llama.cpp 7.0.0; "
+                                "run `ggufspec rpc-server` there with the same llama-cpp-python version as here")
+
+
+def test_measured_buffers_go_to_their_devices() -> None:
+    from types import SimpleNamespace
+
+    from ggufspec.plan.measured import device_of, per_device
+
+    devs = [SimpleNamespace(name="RPC 0 (RPC0 127.0.0.1:5)", kind="rpc"),
+            SimpleNamespace(name="GPU 1 (CUDA0)", kind="gpu"), SimpleNamespace(name="RAM", kind="cpu")]
+    assert device_of("RPC0[127.0.0.1:5]", devs) == devs[0].name
+    assert device_of("CUDA0", devs) == "GPU 1 (CUDA0)"
+    assert device_of("CPU_Mapped", devs) == device_of("CUDA_Host", devs) == "RAM"
+    m = SimpleNamespace(buffers=(("model", "RPC0[127.0.0.1:5]", 10), ("kv", "RPC0[127.0.0.1:5]", 3),
+                                 ("output", "CPU", 2), ("compute", "CPU", 5)))
+    plan = SimpleNamespace(devices=devs)
+    assert per_device(plan, {"target": {"measured": m, "same_placement": True}}) == {
+        devs[0].name: {"weights_bytes": 10, "kv_bytes": 3, "compute_bytes": 0},
+        "RAM": {"weights_bytes": 0, "kv_bytes": 0, "compute_bytes": 7}}
+
+
+def test_vram_budgets_workers_first(workers: str, tiny_target: Path) -> None:
+    info = read_model_info(tiny_target)
+    small = info.output_layer_bytes // 2  # worker 0 can hold no output layer, and only a few blocks
+    r = _cli("plan", "--target", str(tiny_target), "--draft", "none", "--rpc", workers, "--margin", "0",
+             "--vram", f"{small}B,64GiB", "--json")
+    assert r.returncode == 0, r.stderr
+    rpc = [d for d in json.loads(r.stdout)["devices"] if d["kind"] == "rpc"]
+    assert rpc[0]["free_bytes"] == small and rpc[0]["used_bytes"] <= small
+    assert rpc[1]["target_layers"] >= 1
+
+
+def test_bench_sweep_ngl_over_workers(workers: str, tiny_target: Path, tiny_draft: Path, tmp_path: Path) -> None:
+    r = _cli("bench", "--target", str(tiny_target), "--draft", str(tiny_draft), "--rpc", workers,
+             "--sweep-ngl", "0,all", "--limit", "1", "--repeats", "1", "-n", "8", "--no-peers", "--out",
+             str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    points = json.loads(r.stdout)["points"]
+    n = read_model_info(tiny_target).n_layer + 1
+    assert [p["ngl"] for p in points] == ["0", "all"]
+    assert [p["target_layers_offloaded"] for p in points] == [0, n]
+    assert all(p["identical"] and p["alone_tps"] > 0 and p["spec_tps"] > 0 and p["speedup"] > 0 for p in points)
+    saved = json.loads((tmp_path / "sweep_ngl.json").read_text())
+    assert saved["points"] == points and saved["meta"]["rpc"] == workers
+    assert (tmp_path / "sweep_ngl.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "sweep_ngl.csv").read_text().splitlines()[0].startswith("ngl,target_layers_offloaded")
+
+
+def test_sweep_ngl_refuses_bad_lists() -> None:
+    from ggufspec.bench.sweep import parse_ngl_list
+
+    assert parse_ngl_list("0, 8,all") == (0, 8, "all")
+    for bad in ("", "x", "-1", "8,,all"):
+        with pytest.raises(UserError):
+            parse_ngl_list(bad)

@@ -222,23 +222,27 @@ def _print(plan: Any, target: Any, draft: Any, system: Any, verdict: Any, measur
     console.print(models)
 
     devs = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="devices", title_justify="left")
-    for col in ("device", "usable", "target", "draft", "used", "headroom"):
+    for col in ("device", "layers (target/draft)", "usable", "target", "draft", "used", "headroom"):
         devs.add_column(col, justify="left" if col == "device" else "right")
     for d in plan.devices:
-        devs.add_row(escape(d.name), fb(d.usable_bytes) if d.usable_bytes is not None else "-", fb(d.target.total_bytes),
+        devs.add_row(escape(d.name), f"{d.target_layers}/{d.draft_layers}",
+                     fb(d.usable_bytes) if d.usable_bytes is not None else "-", fb(d.target.total_bytes),
                      fb(d.draft.total_bytes), fb(d.used_bytes),
                      fb(d.headroom_bytes) if d.headroom_bytes is not None else "-")
     console.print(devs)
 
     if plan.fits:
-        console.print("[green]fits:[/] both models wholly on GPU", markup=True)
+        if any(d.kind == "gpu" for d in plan.devices):
+            console.print("[green]fits:[/] both models wholly on GPU", markup=True)
+        else:  # only RPC workers: the draft stays local, on the CPU, by design
+            console.print("[green]fits:[/] the target wholly on the RPC workers, the draft on the CPU", markup=True)
     else:
         console.print("[yellow]does not fit wholly on GPU[/]" if plan.ram_ok else "[red]does not fit[/]", markup=True)
         for line in plan.advice:
             console.print(f"  - {line}", markup=False)
 
     if measured:
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="estimate vs llama.cpp (dry run)", title_justify="left")
+        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="estimate vs llama.cpp (" + ("a real load" if any(d.kind == "rpc" for d in plan.devices) else "dry run") + ")", title_justify="left")
         for col in ("model", "part", "estimate", "llama.cpp", "difference"):
             t.add_column(col, justify="left" if col in ("model", "part") else "right")
         notes = set()
@@ -251,5 +255,22 @@ def _print(plan: Any, target: Any, draft: Any, system: Any, verdict: Any, measur
                 pct = _pct(e, mv)
                 t.add_row(role, part, fb(e), fb(mv), "-" if pct is None else f"{pct:+.2f}%")
         console.print(t)
+        from ggufspec.plan.measured import per_device
+
+        per = per_device(plan, measured)
+        if len(per) > 1:  # several devices: each one's estimate against what llama.cpp put there
+            t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="per device, both models", title_justify="left")
+            for col in ("device", "part", "estimate", "llama.cpp", "difference"):
+                t.add_column(col, justify="left" if col in ("device", "part") else "right")
+            for d in plan.devices:
+                got = per.get(d.name)
+                if got is None:
+                    continue
+                est = d.target + d.draft
+                for part, key in (("weights", "weights_bytes"), ("KV cache", "kv_bytes"), ("compute", "compute_bytes")):
+                    pct = _pct(getattr(est, key), got[key])
+                    t.add_row(escape(d.name), part, fb(getattr(est, key)), fb(got[key]),
+                              "-" if pct is None else f"{pct:+.2f}%")
+            console.print(t)
         for n in sorted(notes):
             console.print(n, style="dim", markup=False)
