@@ -295,8 +295,10 @@ def load_pair(
 
     target_load, draft_load = _offload(target_path, draft_path, settings)
     from ggufspec.devices import offload_devices
+    from ggufspec.llama.lib import gpu_offload_supported
 
-    model_devices = offload_devices()  # free memory before loading: llama.cpp's default split
+    # free memory before loading: llama.cpp's default split (none: everything on the CPU)
+    model_devices = offload_devices() if gpu_offload_supported() else ()
     # RPC workers served by ggufspec compute with its CPU kernels: batch-invariant, like the CPU
     on_gpu = target_load.n_gpu_layers != 0 and any(d.kind == "gpu" for d in model_devices)
     ctx_settings: ContextSettings = settings.context.with_cache_type(auto_cache_type(target_info, on_gpu=on_gpu))

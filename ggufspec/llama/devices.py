@@ -50,10 +50,18 @@ class LlamaDevice:
 @functools.cache
 def _ggml() -> ctypes.CDLL:
     lib.ensure_init()  # libllama (and so its libggml.so.0) loaded, backends initialised
-    try:
-        g = ctypes.CDLL("libggml.so.0", mode=os.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
-    except OSError:  # another platform's naming: the copy beside libllama
-        g = ctypes.CDLL(str(Path(lib.llama.__file__).parent / "lib" / "libggml.so"))
+    g = None
+    lib_dir = Path(lib.llama.__file__).parent / "lib"
+    # the object libllama was bound to (Linux soname), else the platform's copy beside libllama
+    for name in ("libggml.so.0", str(lib_dir / "libggml.dylib"), str(lib_dir / "libggml.0.dylib"),
+                 str(lib_dir / "ggml.dll"), str(lib_dir / "libggml.so")):
+        try:
+            g = ctypes.CDLL(name, mode=(os.RTLD_NOLOAD | ctypes.RTLD_GLOBAL) if hasattr(os, "RTLD_NOLOAD") else 0)
+            break
+        except OSError:
+            continue
+    if g is None:
+        raise UserError(f"cannot find llama.cpp's ggml library beside {lib_dir}; reinstall llama-cpp-python")
     vp, sz = ctypes.c_void_p, ctypes.c_size_t
     for name, res, args in (
         ("ggml_backend_dev_count", sz, []),
