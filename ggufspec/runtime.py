@@ -28,9 +28,9 @@ from ggufspec.settings import ContextSettings, ModelSettings, PairSettings
 
 if TYPE_CHECKING:
     from ggufspec.ggufinfo import ModelInfo
-    from ggufspec.plan.split import DeviceLayers
     from ggufspec.llama.context import Context
     from ggufspec.llama.model import Model
+    from ggufspec.plan.split import DeviceLayers
 
 # `pair.generate(drafter=PAIR_DRAFTER)`: the drafter the pair was loaded with
 PAIR_DRAFTER: Drafter = object()  # type: ignore[assignment]
