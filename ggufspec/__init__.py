@@ -54,6 +54,9 @@ _EXPORTS: dict[str, str] = {
     "plan_offload": "ggufspec.plan",
     "read_model_info": "ggufspec.ggufinfo",
     "UserError": "ggufspec.errors",
+    "Device": "ggufspec.devices",
+    "llama_devices": "ggufspec.devices",
+    "DeviceLayers": "ggufspec.plan.split",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -75,7 +78,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from ggufspec.acceptance import AcceptRule, Variant
     from ggufspec.drafters import DraftLengthSettings, Drafter, LookupDrafter, ModelDrafter
     from ggufspec.engine import Generation, Source, SpeculativeSettings, Step, generate
+    from ggufspec.devices import Device, llama_devices
     from ggufspec.errors import UserError
+    from ggufspec.plan.split import DeviceLayers
     from ggufspec.ggufinfo import read_model_info
     from ggufspec.plan import plan_offload
     from ggufspec.resolve import PairRefs, resolve_pair_refs

@@ -22,6 +22,8 @@ COMMANDS: dict[str, str] = {
     "plan": "plan GPU offload of a target and a draft inside a VRAM budget",
     "bench": "measure speedup, accept rate and peers side by side",
     "serve": "OpenAI-compatible HTTP server with speculative decoding",
+    "devices": "list the devices llama.cpp can run layers on (GPUs, RPC workers, the CPU)",
+    "rpc-server": "serve this machine's CPU as an RPC worker for --rpc on another process",
 }
 
 
@@ -40,7 +42,7 @@ def _build_parser(command: str | None) -> tuple[_Parser, object | None]:
     module = None
     for name, summary in COMMANDS.items():
         if name == command:
-            module = importlib.import_module(f"ggufspec.commands.{name}")
+            module = importlib.import_module(f"ggufspec.commands.{name.replace('-', '_')}")
             p = sub.add_parser(
                 name,
                 help=summary,

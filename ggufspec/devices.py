@@ -258,3 +258,53 @@ def system_info(*, vram: tuple[int, ...] | None = None, sysfs: Path = Path("/sys
         physical_cores=physical_cores(),
         logical_cores=psutil.cpu_count(logical=True) or os.cpu_count() or 1,
     )
+
+
+# ---- llama.cpp's own devices ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    """A device llama.cpp can run layers on (ggml's backend registry).
+
+    `index` is its position in a model's device list, the one `tensor_split` and the planner's
+    GPU indices refer to (RPC workers first, then GPUs); -1 for the CPU.
+    """
+
+    index: int
+    name: str  # llama.cpp's: "CPU", "CUDA0", "Metal", "Vulkan0", "RPC0"
+    description: str  # the hardware, or HOST:PORT of a worker
+    kind: Literal["cpu", "gpu", "rpc"]
+    free_bytes: int
+    total_bytes: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "description": self.description, "kind": self.kind,
+                "free_bytes": self.free_bytes, "total_bytes": self.total_bytes}
+
+
+def llama_devices(*, rpc: str | None = None) -> tuple[Device, ...]:
+    """The devices of the loaded llama.cpp build, in a model's order, then the CPU.
+
+    Args:
+        rpc: `--rpc HOST:PORT[,HOST:PORT]`: workers to register first (each checked: down or
+            another protocol version is a UserError).
+    """
+    from ggufspec.llama import devices as ld
+
+    if rpc:
+        from ggufspec.rpc import parse_endpoints
+
+        ld.add_workers(parse_endpoints(rpc))
+    found = ld.list_devices()
+    ordered = ld.model_device_order(found)
+    out = [Device(index=i, name=d.name, description=d.description, kind=d.kind, free_bytes=d.free_bytes,
+                  total_bytes=d.total_bytes) for i, d in enumerate(ordered)]
+    out += [Device(index=-1, name=d.name, description=d.description, kind="cpu", free_bytes=d.free_bytes,
+                   total_bytes=d.total_bytes) for d in found if d.kind == "cpu"]
+    return tuple(out)
+
+
+def offload_devices() -> tuple[Device, ...]:
+    """The devices a model's layers can go to (RPC workers registered so far, then GPUs)."""
+    return tuple(d for d in llama_devices() if d.kind != "cpu")

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ggufspec.ggufinfo import ModelInfo
     from ggufspec.llama.context import Context
     from ggufspec.llama.model import Model
+    from ggufspec.plan.split import DeviceLayers
 
 # `pair.generate(drafter=PAIR_DRAFTER)`: the drafter the pair was loaded with
 PAIR_DRAFTER: Drafter = object()  # type: ignore[assignment]
@@ -63,6 +64,7 @@ def _offload(target: Path, draft: Path | None, settings: PairSettings, *,
     note on stderr when layers were asked for, unless `quiet`)."""
     from ggufspec.llama.lib import gpu_offload_supported
 
+    _add_workers(settings)
     tl, dl = settings.n_gpu_layers, settings.n_gpu_layers_draft
     if not gpu_offload_supported():
         asked = [f"{flag} {v}" for flag, v in (("--ngl", tl), ("--ngld", dl)) if v not in ("auto", 0)]
@@ -73,9 +75,9 @@ def _offload(target: Path, draft: Path | None, settings: PairSettings, *,
     t_kw: dict = {"n_gpu_layers": 0 if tl == "auto" else _layer_count(tl)}
     d_kw: dict = {"n_gpu_layers": 0 if dl == "auto" else _layer_count(dl)}
     if "auto" in (tl, dl):
-        from ggufspec.devices import detect_gpus
+        from ggufspec.devices import offload_devices
 
-        gpus = detect_gpus()
+        gpus = offload_devices()  # llama.cpp's own: RPC workers, then GPUs
         if gpus:
             from ggufspec.plan import plan_for_load
 
@@ -96,6 +98,37 @@ def _offload(target: Path, draft: Path | None, settings: PairSettings, *,
     return build(t_kw), build(d_kw)
 
 
+def _add_workers(settings: PairSettings) -> None:
+    """Register the `--rpc` workers with llama.cpp (checked first: down or another version is a
+    UserError); a worker that dies later ends the process with one line and exit 2."""
+    if not settings.rpc:
+        return
+    from ggufspec.llama import devices
+    from ggufspec.llama.lib import gpu_offload_supported
+    from ggufspec.rpc import parse_endpoints
+
+    devices.add_workers(parse_endpoints(",".join(settings.rpc)))
+    if not devices.failure_handled():  # a server installs its own (it survives a worker's death)
+        devices.on_worker_failure()
+    gpu_offload_supported.cache_clear()  # llama.cpp offloads once an RPC backend is registered
+
+
+def _device_layers(target_info: ModelInfo, target_load: ModelSettings, draft_path: Path | None,
+                   draft_load: ModelSettings, devices: Sequence[object]) -> tuple[DeviceLayers, ...]:
+    """Layers of the target and the draft per device, as llama.cpp places them."""
+    from ggufspec.ggufinfo import read_model_info
+    from ggufspec.plan.split import device_layers, effective_split, layer_devices
+
+    free = [d.free_bytes for d in devices]  # type: ignore[attr-defined]
+
+    def slots(n_layer: int, load: ModelSettings) -> tuple[int, ...]:
+        return layer_devices(n_layer=n_layer, n_gpu_layers=load.n_gpu_layers,
+                             split=effective_split(load.tensor_split, free) if devices else ())
+    t = slots(target_info.n_layer, target_load)
+    d = slots(read_model_info(draft_path).n_layer, draft_load) if draft_path is not None else None
+    return device_layers(devices=[(x.name, x.kind, x.free_bytes) for x in devices], target=t, draft=d)  # type: ignore[attr-defined]
+
+
 @dataclass
 class SpeculativePair:
     """A loaded target and its drafters (one generation at a time).
@@ -113,6 +146,8 @@ class SpeculativePair:
     draft_path: Path | None = None
     # why greedy output may differ from the target alone on this build (None: it cannot)
     inexact_greedy: str | None = None
+    # layers of the target and the pair's draft per device (llama.cpp's devices, then the CPU)
+    devices: tuple[DeviceLayers, ...] = ()
     # loaded draft models: drafter -> (path, model, context), closed with the pair
     _drafters: dict[int, tuple[Drafter, Path | None, object, object]] = field(default_factory=dict, repr=False)
     # the pacer's cost estimates per drafter, kept across generations (learned once per pair)
@@ -260,8 +295,14 @@ def load_pair(
         read_model_info(draft_path)
         check_vocab(target_path, draft_path)
 
-    target_load, _ = _offload(target_path, draft_path, settings)
-    on_gpu = target_load.n_gpu_layers != 0
+    target_load, draft_load = _offload(target_path, draft_path, settings)
+    from ggufspec.devices import offload_devices
+    from ggufspec.llama.lib import gpu_offload_supported
+
+    # free memory before loading: llama.cpp's default split (none: everything on the CPU)
+    model_devices = offload_devices() if gpu_offload_supported() else ()
+    # RPC workers served by ggufspec compute with its CPU kernels: batch-invariant, like the CPU
+    on_gpu = target_load.n_gpu_layers != 0 and any(d.kind == "gpu" for d in model_devices)
     ctx_settings: ContextSettings = settings.context.with_cache_type(auto_cache_type(target_info, on_gpu=on_gpu))
     target_model = Model(target_path, settings=target_load)
     try:
@@ -275,6 +316,7 @@ def load_pair(
         settings=settings,
         inexact_greedy=greedy_exactness(target_info, on_gpu=on_gpu, cache_type=ctx_settings.cache_type_k,
                                         invariant_kernels=batch_invariant_kernels()),
+        devices=_device_layers(target_info, target_load, draft_path, draft_load, model_devices),
     )
     try:
         if refs.draft is not None:
@@ -283,4 +325,9 @@ def load_pair(
     except BaseException:
         pair.close()
         raise
+    if settings.rpc:  # llama.cpp's connections to the workers exist now: a dead one is found in 25 s
+        from ggufspec.llama.devices import harden_worker_sockets
+        from ggufspec.rpc import parse_endpoints
+
+        harden_worker_sockets(parse_endpoints(",".join(settings.rpc)))
     return pair

@@ -108,6 +108,7 @@ class PairSettings:
     n_gpu_layers_draft: Layers = "auto"  # draft model (--ngld)
     offline: bool = False  # Hugging Face cache only (--offline)
     lookup: LookupSettings = field(default_factory=LookupSettings)
+    rpc: tuple[str, ...] = ()  # RPC workers "HOST:PORT" (--rpc), llama.cpp devices before the GPUs
 
     def __post_init__(self) -> None:
         for flag, value in (("--ngl", self.n_gpu_layers), ("--ngld", self.n_gpu_layers_draft)):

@@ -23,7 +23,7 @@ fi
 # built, and for this very build of llama-cpp-python (a reinstall makes the overlay stale)
 if [[ -z "${FORCE:-}" ]] && python -c 'import sys; from ggufspec.llama import kernels; sys.exit(kernels.current_overlay() is None)'; then
   echo "exact kernels already built: $OUT"
-  exit 0
+  exec "$(dirname "$0")/build_rpc_backend.sh"  # --rpc and `ggufspec rpc-server` (a no-op when built)
 fi
 LLAMA_CPP_PYTHON_VERSION="$(python -c 'from ggufspec.llama import kernels; print(kernels.installed_version())')"
 source "$(dirname "$0")/llama_cpp_source.sh"
@@ -62,3 +62,4 @@ if "LLAMAFILE = 1" in info:
     sys.exit(f"error: the overlay in {sys.argv[1]} still reports llamafile: {info.strip()}")
 PY
 echo "built: $OUT (llama.cpp CPU backend without llamafile, llama-cpp-python $VERSION)"
+"$(dirname "$0")/build_rpc_backend.sh"  # llama.cpp RPC backend for --rpc (about 30 s)

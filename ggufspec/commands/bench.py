@@ -34,7 +34,7 @@ import json
 import sys
 from pathlib import Path
 
-from ggufspec.commands import add_pair_argument
+from ggufspec.commands import add_pair_argument, add_rpc_argument
 from ggufspec.errors import UserError
 
 QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1}  # per prompt set
@@ -63,6 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="5 prompts of each set, 1 repeat, K in 2,4,8, no quantization sweep: under 5 minutes a set on 2 cores")
     s = p.add_argument_group("sweeps")
     s.add_argument("--sweep-k", default=None, metavar="K,K", help="fixed draft lengths to sweep (default 1,2,4,8; 2,4,8 with --quick)")
+    s.add_argument("--sweep-ngl", default=None, metavar="N,N|all",
+                   help="instead of the usual bench: target alone and speculative at each count of target layers "
+                        "offloaded (GPUs, or RPC workers with --rpc), e.g. 0,8,16,24,all")
     s.add_argument("--draft-max", type=int, default=8, metavar="N", help="draft_max of the adaptive configurations (default 8)")
     s.add_argument("--temp", type=float, default=0.8, metavar="T", help="temperature of the rejection vs match sweep (0 skips it; default 0.8)")
     s.add_argument("--seed", type=int, default=1234, help="base seed of the sampled runs")
@@ -71,6 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--no-native", action="store_true", help="skip llama-speculative-simple and llama-bench")
     r.add_argument("--no-transformers", action="store_true", help="skip the transformers peer (its runs are slow)")
     r.add_argument("--no-peers", action="store_true", help="skip every peer (native, llama-cpp-python, transformers)")
+    add_rpc_argument(r)
     r.add_argument("--ctx", type=int, default=2048, metavar="N", help="context size (default 2048)")
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     o = p.add_argument_group("output")
@@ -119,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
         if not (d / "llama-speculative-simple").is_file():
             raise UserError(f"no llama-speculative-simple in {d}; run scripts/build_native.sh or drop --native-dir")
         native = d
+
+    if args.sweep_ngl is not None or args.rpc:
+        return _sweep_ngl(args, prompts, repeats)
 
     # nothing named: the default pair's draft and lookup; a target alone: lookup
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair, extra_drafts=True,
@@ -181,6 +188,36 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_table(err, result)
     sys.stdout.write(f"wrote {out}/bench.json, runs.csv, bench.md" + (", *.png" if files.get("plots") else "") + "\n")
+    return 0
+
+
+def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int) -> int:
+    """`--sweep-ngl`: ggufspec.bench.sweep (layers offloaded against tokens/s and speedup)."""
+    from rich.console import Console
+
+    from ggufspec.bench.sweep import parse_ngl_list, run_sweep, write_sweep
+    from ggufspec.resolve import LOOKUP, resolve_pair_refs
+
+    if args.sweep_ngl is None:
+        raise UserError("bench --rpc runs the partial-offload sweep; add --sweep-ngl, like --sweep-ngl 0,8,16,all")
+    ngl_values = parse_ngl_list(args.sweep_ngl)
+    refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
+    draft = refs.draft if refs.draft not in (None, LOOKUP) else None
+    if draft is None:
+        raise UserError("--sweep-ngl needs a draft model (--draft REF or --pair NAME)")
+    err = Console(stderr=True, highlight=False)
+    points = run_sweep(target=refs.target, draft=draft, prompts=prompts, ngl_values=ngl_values,
+                       max_tokens=args.max_tokens, repeats=repeats, n_ctx=args.ctx, n_threads=args.threads,
+                       rpc=args.rpc, draft_max=args.draft_max, progress=lambda msg: err.print(f"[dim]{msg}[/]"))
+    meta = {"target": str(refs.target), "draft": str(draft), "rpc": args.rpc, "prompts": len(prompts),
+            "repeats": repeats, "max_tokens": args.max_tokens,
+            "title": f"tokens/s against target layers offloaded{' (RPC ' + args.rpc + ')' if args.rpc else ''}"}
+    files = write_sweep(points, Path(args.out), meta=meta, plot=not args.no_plots)
+    if args.json:
+        print(json.dumps({"points": [p.__dict__ for p in points], "files": [str(f) for f in files]}, indent=1))
+        return 0
+    sys.stdout.write((Path(args.out) / "sweep_ngl.md").read_text())
+    sys.stdout.write(f"wrote {', '.join(str(f) for f in files)}\n")
     return 0
 
 

@@ -4,8 +4,11 @@ The draft goes first and whole onto the fastest GPU (its latency is paid on ever
 token), then target layers from the output layer back, spread over the GPUs in proportion to
 free memory; each GPU keeps --margin free. With no --target/--draft, the embedded default pair.
 --vram plans for a budget instead of the GPUs found (NVML / nvidia-smi / AMD sysfs), so it works
-on a machine with no GPU. --measure asks llama.cpp itself (a dry run that only simulates
-allocations) and shows its numbers next to the estimate.
+on a machine with no GPU. --rpc adds llama.cpp RPC workers (`ggufspec rpc-server`) as devices
+before the GPUs (llama.cpp's order); the draft never goes to a worker (a network round trip per
+drafted token); with --rpc, --vram sizes go to the workers first, then to the GPUs. --measure asks
+llama.cpp itself (a dry run that only simulates allocations; with --rpc a real load, since a dry
+run reports no per-device weights) and shows its numbers next to the estimate, per device too.
 
 examples:
   ggufspec plan --vram 8GiB
@@ -21,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ggufspec.commands import add_pair_argument
+from ggufspec.commands import add_pair_argument, add_rpc_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
     b = parser.add_argument_group("budget")
     b.add_argument("--vram", metavar="SIZE[,SIZE..]", help="free memory per GPU, e.g. 8GiB or 12GiB,8GiB (default: detect)")
+    add_rpc_argument(b)
     b.add_argument("--margin", metavar="SIZE", default="1GiB", help="memory kept free on each GPU (default 1GiB)")
     c = parser.add_argument_group("context")
     c.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096; 0 = trained)")
@@ -51,6 +55,23 @@ def _pair_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
     if refs.draft in (None, LOOKUP):  # prompt lookup takes no memory worth planning
         return target, None
     return target, resolve_path(refs.draft, offline=args.offline)
+
+
+def _with_workers(rpc: str, gpus: tuple[Any, ...], vram: tuple[int, ...] | None) -> tuple[Any, ...]:
+    """RPC workers (asked through llama.cpp) before the GPUs, re-indexed in llama.cpp's model order;
+    `--vram` sizes replace the reported free memory, workers first."""
+    from ggufspec.devices import llama_devices
+    from ggufspec.plan import GpuBudget
+
+    workers = [d for d in llama_devices(rpc=rpc) if d.kind == "rpc"]
+    out = [GpuBudget(index=i, name=f"{d.name} {d.description}", free_bytes=d.free_bytes, total_bytes=d.total_bytes,
+                     kind="rpc") for i, d in enumerate(workers)]
+    out += [GpuBudget(index=len(out) + j, name=g.name, free_bytes=g.free_bytes, total_bytes=g.total_bytes)
+            for j, g in enumerate(gpus)]
+    if vram is not None:
+        out = [GpuBudget(index=b.index, name=b.name, free_bytes=vram[i], total_bytes=vram[i], kind=b.kind)
+               if i < len(vram) else b for i, b in enumerate(out)]
+    return tuple(out)
 
 
 def _pct(estimate: int, measured: int) -> float | None:
@@ -74,8 +95,11 @@ def run(args: argparse.Namespace) -> int:
     draft = read_model_info(draft_path) if draft_path is not None else None
     verdict = compare_vocab(target=read_vocab(target_path), draft=read_vocab(draft_path)) if draft_path else None
 
-    system = devices.system_info(vram=vram)
-    plan = plan_offload(target=target, draft=draft, gpus=GpuBudget.from_gpus(system.gpus), context=context,
+    system = devices.system_info(vram=vram if not args.rpc else None)
+    budgets = GpuBudget.from_gpus(system.gpus)
+    if args.rpc:
+        budgets = _with_workers(args.rpc, budgets, vram)
+    plan = plan_offload(target=target, draft=draft, gpus=budgets, context=context,
                         margin_bytes=margin, ram_available_bytes=system.ram_available_bytes)
 
     measured: dict[str, Any] = {}
@@ -89,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             ctx = dict(n_ctx=c.n_ctx, cache_type_k=c.cache_type_k, cache_type_v=c.cache_type_v,
                        n_batch=c.n_batch, n_ubatch=c.n_ubatch, flash_attn=c.flash_attn, swa_full=c.swa_full)
             m = measure_contexts(path=info.path, contexts=[ctx], n_gpu_layers=mp.n_gpu_layers,
-                                 tensor_split=mp.tensor_split, main_gpu=mp.main_gpu)[0]
+                                 tensor_split=mp.tensor_split, main_gpu=mp.main_gpu, dry_run=not args.rpc)[0]
             # compare like with like: if llama.cpp here cannot offload (a CPU-only build), its
             # numbers are for every layer on the CPU, and so is the estimate they are set against
             same_placement = m.n_offloaded == mp.n_gpu_layers
@@ -105,11 +129,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _to_json(plan: Any, system: Any, verdict: Any, measured: dict[str, Any], target: Any, draft: Any) -> dict[str, Any]:
+    from ggufspec.plan.measured import per_device
+
+    per = per_device(plan, measured) if measured else {}
+
     def device(d: Any) -> dict[str, Any]:
+        est = d.target + d.draft
         return {
-            "name": d.name, "index": d.index, "free_bytes": d.free_bytes, "usable_bytes": d.usable_bytes,
+            "name": d.name, "kind": d.kind, "index": d.index, "target_layers": d.target_layers,
+            "draft_layers": d.draft_layers, "free_bytes": d.free_bytes, "usable_bytes": d.usable_bytes,
             "target_bytes": d.target.total_bytes, "draft_bytes": d.draft.total_bytes, "used_bytes": d.used_bytes,
             "headroom_bytes": d.headroom_bytes,
+            "estimate": {"weights_bytes": est.weights_bytes, "kv_bytes": est.kv_bytes, "compute_bytes": est.compute_bytes},
+            "measured": per.get(d.name),
         }
 
     def model(role: str, mp: Any, info: Any) -> dict[str, Any] | None:
@@ -190,23 +222,27 @@ def _print(plan: Any, target: Any, draft: Any, system: Any, verdict: Any, measur
     console.print(models)
 
     devs = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="devices", title_justify="left")
-    for col in ("device", "usable", "target", "draft", "used", "headroom"):
+    for col in ("device", "layers (target/draft)", "usable", "target", "draft", "used", "headroom"):
         devs.add_column(col, justify="left" if col == "device" else "right")
     for d in plan.devices:
-        devs.add_row(escape(d.name), fb(d.usable_bytes) if d.usable_bytes is not None else "-", fb(d.target.total_bytes),
+        devs.add_row(escape(d.name), f"{d.target_layers}/{d.draft_layers}",
+                     fb(d.usable_bytes) if d.usable_bytes is not None else "-", fb(d.target.total_bytes),
                      fb(d.draft.total_bytes), fb(d.used_bytes),
                      fb(d.headroom_bytes) if d.headroom_bytes is not None else "-")
     console.print(devs)
 
     if plan.fits:
-        console.print("[green]fits:[/] both models wholly on GPU", markup=True)
+        if any(d.kind == "gpu" for d in plan.devices):
+            console.print("[green]fits:[/] both models wholly on GPU", markup=True)
+        else:  # only RPC workers: the draft stays local, on the CPU, by design
+            console.print("[green]fits:[/] the target wholly on the RPC workers, the draft on the CPU", markup=True)
     else:
         console.print("[yellow]does not fit wholly on GPU[/]" if plan.ram_ok else "[red]does not fit[/]", markup=True)
         for line in plan.advice:
             console.print(f"  - {line}", markup=False)
 
     if measured:
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="estimate vs llama.cpp (dry run)", title_justify="left")
+        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="estimate vs llama.cpp (" + ("a real load" if any(d.kind == "rpc" for d in plan.devices) else "dry run") + ")", title_justify="left")
         for col in ("model", "part", "estimate", "llama.cpp", "difference"):
             t.add_column(col, justify="left" if col in ("model", "part") else "right")
         notes = set()
@@ -219,5 +255,22 @@ def _print(plan: Any, target: Any, draft: Any, system: Any, verdict: Any, measur
                 pct = _pct(e, mv)
                 t.add_row(role, part, fb(e), fb(mv), "-" if pct is None else f"{pct:+.2f}%")
         console.print(t)
+        from ggufspec.plan.measured import per_device
+
+        per = per_device(plan, measured)
+        if len(per) > 1:  # several devices: each one's estimate against what llama.cpp put there
+            t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="per device, both models", title_justify="left")
+            for col in ("device", "part", "estimate", "llama.cpp", "difference"):
+                t.add_column(col, justify="left" if col in ("device", "part") else "right")
+            for d in plan.devices:
+                got = per.get(d.name)
+                if got is None:
+                    continue
+                est = d.target + d.draft
+                for part, key in (("weights", "weights_bytes"), ("KV cache", "kv_bytes"), ("compute", "compute_bytes")):
+                    pct = _pct(getattr(est, key), got[key])
+                    t.add_row(escape(d.name), part, fb(getattr(est, key)), fb(got[key]),
+                              "-" if pct is None else f"{pct:+.2f}%")
+            console.print(t)
         for n in sorted(notes):
             console.print(n, style="dim", markup=False)

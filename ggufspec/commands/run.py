@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 
-from ggufspec.commands import add_pair_argument
+from ggufspec.commands import add_pair_argument, add_rpc_argument
 from ggufspec.errors import UserError
 
 
@@ -57,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("runtime")
     r.add_argument("--ngl", default="auto", metavar="N|all|auto", help="target layers on the GPU (default auto: planner)")
     r.add_argument("--ngld", default="auto", metavar="N|all|auto", help="draft layers on the GPU (default auto)")
+    add_rpc_argument(r)
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
     r.add_argument(
         "--cache-type", default="auto", choices=("auto", "f16", "q8_0", "q4_0", "f32"), metavar="TYPE",
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         n_gpu_layers=parse_layers(args.ngl, flag="--ngl"),
         n_gpu_layers_draft=parse_layers(args.ngld, flag="--ngld"),
         offline=args.offline,
+        rpc=(args.rpc,) if args.rpc else (),
     )
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
 
@@ -230,7 +232,8 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
         "accept_rate_by_position": [round(x, 3) for x in s.accept_rate_by_position],
         "stop_reason": s.stop_reason,
     }
-    result: dict = {"text": gen.text, "target": str(pair.target_path), "draft": pair.draft_name(), "stats": stats}
+    result: dict = {"text": gen.text, "target": str(pair.target_path), "draft": pair.draft_name(), "stats": stats,
+                    "devices": [d.as_dict() for d in pair.devices]}
     load = None
     if comparison is not None:
         import statistics

@@ -23,7 +23,7 @@ import os
 import socket
 import sys
 
-from ggufspec.commands import add_pair_argument
+from ggufspec.commands import add_pair_argument, add_rpc_argument
 from ggufspec.errors import UserError
 
 
@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--queue", type=int, default=8, metavar="N", help="requests that may wait while one generates (default 8); more get 429")
     s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"), help="uvicorn log level")
     r = p.add_argument_group("runtime")
+    add_rpc_argument(r)
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     r.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
@@ -88,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--queue must be >= 0, got {args.queue}")
     if args.api_key is not None and not args.api_key.strip():
         raise UserError("--api-key is empty; give a key or leave it out")
-    settings = PairSettings(context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads), offline=args.offline)
+    settings = PairSettings(context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads), offline=args.offline,
+                            rpc=(args.rpc,) if args.rpc else ())
     # the server's draft length; a request may change draft_max and always_draft
     draft_length = DraftLengthSettings(draft_p_min=args.draft_p_min, always_draft=args.always_draft)
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
@@ -114,4 +116,9 @@ def run(args: argparse.Namespace) -> int:
         )
         server = uvicorn.Server(config)
         server.run(sockets=[sock])
+        lost = app.state.server.worker.lost
+        if lost is not None:  # freeing buffers on a dead worker would wait for it: leave it to the OS
+            err.write(f"error: an RPC worker stopped answering ({lost}); restart it and the server\n")
+            err.flush()
+            os._exit(2)
     return 0

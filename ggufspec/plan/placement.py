@@ -30,12 +30,15 @@ class GpuBudget:
     name: str
     free_bytes: int
     total_bytes: int
+    kind: Literal["gpu", "rpc"] = "gpu"  # "rpc": a worker over the network, never the draft's
 
     @classmethod
     def from_gpus(cls, gpus: Sequence[object]) -> tuple["GpuBudget", ...]:
-        """From `devices.Gpu` objects (anything with index, name, free_bytes, total_bytes)."""
-        return tuple(cls(index=g.index, name=g.name, free_bytes=g.free_bytes, total_bytes=g.total_bytes)  # type: ignore[attr-defined]
-                     for g in gpus)
+        """From `devices.Gpu` / `devices.Device` objects (index, name, free_bytes, total_bytes,
+        optionally kind); CPU devices are left out."""
+        return tuple(cls(index=g.index, name=g.name, free_bytes=g.free_bytes, total_bytes=g.total_bytes,  # type: ignore[attr-defined]
+                         kind="rpc" if getattr(g, "kind", "gpu") == "rpc" else "gpu")
+                     for g in gpus if getattr(g, "kind", "gpu") != "cpu")
 
 
 
@@ -206,12 +209,15 @@ class ModelPlan:
 class DeviceUse:
     """One device of the plan: its budget and what each model puts there."""
 
-    name: str  # "GPU 0 (NVIDIA ...)" or "RAM"
+    name: str  # "GPU 0 (NVIDIA ...)", "RPC 0 (RPC0 127.0.0.1:50052)" or "RAM"
     index: int | None  # GPU index, None for RAM
     free_bytes: int | None
     usable_bytes: int | None  # free minus margin (GPUs), available RAM
     target: MemoryEstimate
     draft: MemoryEstimate
+    kind: Literal["cpu", "gpu", "rpc"] = "cpu"
+    target_layers: int = 0  # blocks and the output layer
+    draft_layers: int = 0
 
     @property
     def used_bytes(self) -> int:
@@ -253,9 +259,16 @@ class OffloadPlan:
         return plan.to_load_kwargs()
 
 
+def _layers_on(place: Placement | None, index: int) -> int:
+    """Offloaded slots (blocks and the output layer) of a placement on the device `index`."""
+    return 0 if place is None else sum(1 for pos in place.slots if place.gpus[pos] == index)
+
+
 def _fastest(gpus: Sequence[GpuBudget]) -> list[int]:
-    """GPU indices, fastest first. NVML reports no speed, so total memory stands in for it."""
-    return [g.index for g in sorted(gpus, key=lambda g: (-g.total_bytes, g.index))]
+    """Local GPU indices, fastest first. NVML reports no speed, so total memory stands in for it.
+    RPC workers are left out: a draft step there pays a network round trip per token, so with
+    only workers and the CPU the draft runs on the CPU."""
+    return [g.index for g in sorted(gpus, key=lambda g: (-g.total_bytes, g.index)) if g.kind == "gpu"]
 
 
 def _model_plan(role: Literal["target", "draft"], info: ModelInfo, context: ContextSettings, placement: Placement,
@@ -290,8 +303,9 @@ def _place_pair(target: ModelInfo, draft: ModelInfo | None, context: ContextSett
                 dplace = p
                 break
         else:
-            if gpus:  # as much of it as fits on the GPU with the most room
-                g = max(caps, key=lambda i: (caps[i], -i))
+            local = {g.index for g in gpus if g.kind == "gpu"}
+            if local:  # as much of it as fits on the local GPU with the most room
+                g = max(local, key=lambda i: (caps[i], -i))
                 dplace = place_model(draft, draft_context, {g: caps[g]})
         d_gpu, _ = usage(draft, draft_context, dplace)
         for g, est in d_gpu.items():
@@ -336,7 +350,7 @@ def plan_offload(
     # "auto" as load_pair resolves it: the target's cache q8_0 on the CPU, f16 on a GPU; the
     # draft's f16 (its numerics never reach the output)
     draft_context = (draft_context or context).with_cache_type("f16")
-    context = context.with_cache_type(auto_cache_type(target, on_gpu=bool(gpus)))
+    context = context.with_cache_type(auto_cache_type(target, on_gpu=any(g.kind == "gpu" for g in gpus)))
     check_cache_types(target, context)
     if draft is not None:
         check_cache_types(draft, draft_context)
@@ -347,15 +361,20 @@ def plan_offload(
     devices = []
     for g in gpus:
         devices.append(DeviceUse(
-            name=f"GPU {g.index} ({g.name})", index=g.index, free_bytes=g.free_bytes,
+            name=f"{'RPC' if g.kind == 'rpc' else 'GPU'} {g.index} ({g.name})", index=g.index, free_bytes=g.free_bytes,
+            kind=g.kind, target_layers=_layers_on(tplace, g.index), draft_layers=_layers_on(dplace, g.index),
             usable_bytes=max(0, g.free_bytes - margin_bytes),
             target=tplan.gpu.get(g.index, MemoryEstimate()),
             draft=dplan.gpu.get(g.index, MemoryEstimate()) if dplan else MemoryEstimate(),
         ))
     ram_bytes = tplan.ram.total_bytes + (dplan.ram.total_bytes if dplan else 0)
     devices.append(DeviceUse(name="RAM", index=None, free_bytes=ram_available_bytes, usable_bytes=ram_available_bytes,
-                             target=tplan.ram, draft=dplan.ram if dplan else MemoryEstimate()))
-    whole = tplan.whole_on_gpu and (dplan is None or dplan.whole_on_gpu)
+                             target=tplan.ram, draft=dplan.ram if dplan else MemoryEstimate(),
+                             target_layers=target.n_layer + 1 - tplace.n_gpu_layers,
+                             draft_layers=(draft.n_layer + 1 - dplace.n_gpu_layers) if draft is not None and dplace else 0))
+    # the draft stays on the CPU by design when no local GPU can take it (only RPC workers)
+    local_gpu = any(g.kind == "gpu" for g in gpus)
+    whole = tplan.whole_on_gpu and (dplan is None or dplan.whole_on_gpu or not local_gpu)
     ram_ok = ram_available_bytes is None or ram_bytes <= ram_available_bytes
     fits = whole and ram_ok
     plan = OffloadPlan(target=tplan, draft=dplan, devices=tuple(devices), context=context, draft_context=draft_context, margin_bytes=margin_bytes,

@@ -7,7 +7,7 @@ library's API is a change in this file only. (Tests put a fake `start_generation
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ggufspec.acceptance import AcceptRule
 from ggufspec.drafters import DraftLengthSettings
@@ -53,6 +53,18 @@ def open_pair(*, refs: PairRefs, settings: PairSettings) -> Pair:
         UserError: missing/invalid files, an incompatible vocabulary, a context that cannot be made.
     """
     return load_pair(target=refs.target, draft=refs.draft or "none", settings=settings)
+
+
+def on_device_lost(pair: Pair, callback: Callable[[str], None]) -> bool:
+    """For a pair on RPC workers: a worker that dies mid-generation calls `callback(reason)` and
+    the process goes on (the generating thread stays blocked, the pair unusable) instead of
+    exiting. Returns whether the pair uses workers (and so whether it was installed)."""
+    if not pair.settings.rpc:
+        return False
+    from ggufspec.llama.devices import on_worker_failure
+
+    on_worker_failure(callback, park=True)
+    return True
 
 
 def describe(pair: Pair) -> PairInfo:

@@ -232,6 +232,7 @@ def create_app(
         raise UserError(f"queue size must be >= 0, got {queue_size}")
     metrics = Metrics()
     worker = Worker(pair, queue_size=queue_size, metrics=metrics)
+    adapter.on_device_lost(pair, worker.fail)  # an RPC worker's death: 503s, /health still answers
     state = ServerState(
         pair=pair, info=adapter.describe(pair), model_name=model_name, api_key=api_key, queue_size=queue_size,
         max_body_bytes=max_body_bytes, draft_length=draft_length, created=int(time.time()),

@@ -26,6 +26,11 @@ from ggufspec.server.metrics import Metrics
 log = logging.getLogger("ggufspec.server")
 
 
+def _lost(reason: str) -> APIError:
+    return APIError(503, f"an RPC worker stopped answering ({reason}); this server can no longer generate: "
+                         "restart the worker and the server", type="server_error", code="device_lost")
+
+
 @dataclass(eq=False)
 class Job:
     """One generation request, shared by the event loop (consumer) and the worker (producer).
@@ -58,13 +63,24 @@ class Worker:
         self._current: Job | None = None
         self._stopping = False
         self._mean_s = 1.0  # running mean of job durations, for Retry-After
+        self.lost: str | None = None  # why the pair can no longer generate (an RPC worker died)
         self._thread = threading.Thread(target=self._run, name="ggufspec-generate", daemon=True)
         metrics.queue_depth.set_function(self.depth)
         metrics.busy.set_function(lambda: 1.0 if self.busy else 0.0)
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive() and self.lost is None
+
+    def fail(self, reason: str) -> None:
+        """The pair is lost (an RPC worker died mid-generation; this thread is stuck in llama.cpp
+        for good): fail the running and waiting requests with 503; later ones get 503 too."""
+        with self._cond:
+            self.lost = reason
+            jobs = ([self._current] if self._current is not None else []) + list(self._waiting)
+            self._waiting = deque()
+        for job in jobs:
+            job.emit("error", _lost(reason))
 
     @property
     def busy(self) -> bool:
@@ -96,6 +112,8 @@ class Worker:
     def submit(self, job: Job) -> None:
         """Queue a job, or raise 429 (queue full) / 503 (shutting down)."""
         with self._cond:
+            if self.lost is not None:
+                raise _lost(self.lost)
             if self._stopping or not self._thread.is_alive():
                 raise shutting_down()
             # Jobs whose clients left give their places up now, not when the worker reaches them.
