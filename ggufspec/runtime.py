@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ggufspec.chat import render_chat
 from ggufspec.drafters import Drafter, LookupDrafter, ModelDrafter
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ggufspec.llama.context import Context
     from ggufspec.llama.model import Model
     from ggufspec.plan.split import DeviceLayers
+    from ggufspec.session import SessionInfo
 
 # `pair.generate(drafter=PAIR_DRAFTER)`: the drafter the pair was loaded with
 PAIR_DRAFTER: Drafter = object()  # type: ignore[assignment]
@@ -222,6 +223,7 @@ class SpeculativePair:
         sampling: SamplingSettings = SamplingSettings(),
         speculative: SpeculativeSettings = SpeculativeSettings(),
         stop: Sequence[str] = (),
+        cache_prompt: bool = True,
     ) -> Generation:
         """Start a generation (iterate it for steps, or `.run()` it).
 
@@ -229,6 +231,10 @@ class SpeculativePair:
             prompt / messages / prompt_tokens: exactly one of them.
             drafter: the pair's own (default), one from `load_drafter`, or None: the target
                 alone through the same loop (the baseline).
+            cache_prompt: start from the longest common prefix of the prompt with what the
+                target's KV cache (and the drafter's) holds from earlier generations, and decode
+                only the rest (`stats.cached_tokens` says how many were reused); False: clear
+                the caches and decode the whole prompt.
         """
         given = sum(x is not None for x in (prompt, messages, prompt_tokens))
         if given != 1:
@@ -244,7 +250,38 @@ class SpeculativePair:
             speculative=speculative,
             stop=stop,
             pacer=self.pacer_for(drafter) if drafter is not None else None,
+            cache_prompt=cache_prompt,
         )
+
+    def reset(self) -> None:
+        """Clear the target's KV cache and every drafter's (the next generation starts cold)."""
+        self.target_ctx.clear()
+        for drafter in self._all_drafters():
+            drafter.reset()
+
+    def save_session(self, path: str | Path, *, meta: Mapping[str, Any] | None = None) -> None:
+        """Write the target's and every draft model's KV cache, the tokens they hold and `meta`
+        (plain JSON) to `path`, atomically (ggufspec.session)."""
+        from ggufspec.session import save_pair_session
+
+        save_pair_session(self, path, meta=meta)
+
+    def load_session(self, path: str | Path) -> SessionInfo:
+        """Replace the caches with a saved session's, so the next generation reuses its tokens.
+
+        Raises:
+            UserError: the file belongs to another model, context size or cache type, or is
+                truncated, corrupt or not a session file.
+        """
+        from ggufspec.session import load_pair_session
+
+        return load_pair_session(self, path)
+
+    def _all_drafters(self) -> list[Drafter]:
+        drafters = [entry[0] for entry in self._drafters.values()]
+        if self.drafter is not None and all(d is not self.drafter for d in drafters):
+            drafters.append(self.drafter)
+        return drafters
 
     def close(self) -> None:
         for _, _, model, ctx in self._drafters.values():

@@ -155,6 +155,7 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
     def generate(side: str, n: int, spec=speculative):
         return pair.generate(
             prompt_tokens=tokens, max_tokens=n, sampling=sampling, speculative=spec, stop=args.stop,
+            cache_prompt=False,  # every run a cold prefill: like against like
             **({"drafter": None} if side == ALONE else {}),
         )
 
