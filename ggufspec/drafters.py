@@ -115,8 +115,10 @@ class DraftLength:
 class ModelDrafter:
     """A small model that drafts autoregressively, keeping its KV cache in step with the history.
 
-    Its KV cache holds `self._kv` (a prefix of some history); each round it rolls back to the
-    longest prefix shared with the new history, decodes what is missing, then drafts.
+    Its KV cache holds `ctx.tokens` (a prefix of some history, kept by the context itself); each
+    round, and at prefill, it rolls back to the longest prefix shared with the new history,
+    decodes what is missing, then drafts (a new prompt reuses what the cache holds; `reset()`
+    empties it).
     Drafts are argmax unless the round asks for sampled ones (rejection sampling at T > 0),
     drawn from q shaped by the same sampling settings as the target's p (then kept as q rows).
     """
@@ -125,30 +127,26 @@ class ModelDrafter:
 
     def __init__(self, context: Target) -> None:
         self.ctx = context  # the draft model's context (llama.Context, or a fake in tests)
-        self._kv: list[int] = []
 
     def reset(self) -> None:
         self.ctx.clear()
-        self._kv = []
 
     def prefill(self, prompt: Sequence[int]) -> float:
         # Everything but the last prompt token: that one is decoded with the first draft step.
-        self.reset()
+        # What the cache already holds of the prompt is kept (prefix reuse).
         t = clock.now()
-        self.ctx.decode(list(prompt[:-1]), logits="none")
-        self._kv = list(prompt[:-1])
+        self.ctx.decode(self._sync(prompt[:-1]), logits="none")
         return clock.now() - t
 
     def _sync(self, history: Sequence[int]) -> list[int]:
         """Roll the KV cache back to the shared prefix; return the history tokens still to decode."""
-        kv = self._kv
+        kv = self.ctx.tokens
         n = min(len(kv), len(history))
         m = 0
         while m < n and kv[m] == history[m]:
             m += 1
         if m < len(kv):
             self.ctx.truncate(m)
-            del kv[m:]
         return list(history[m:])
 
     def propose(
@@ -170,7 +168,6 @@ class ModelDrafter:
         pending = self._sync(history)
         if not pending:  # history fully in the cache: re-decode its last token to get logits
             self.ctx.truncate(len(history) - 1)
-            del self._kv[len(history) - 1 :]
             pending = [history[-1]]
         tokens: list[int] = []
         q_rows: list[np.ndarray | None] = []
@@ -186,7 +183,6 @@ class ModelDrafter:
                 catchup_s += dt
             else:
                 calls += 1
-            self._kv.extend(pending)
             if len(tokens) == draft_len:
                 break
             logits = self.ctx.logits(-1)

@@ -82,7 +82,8 @@ class _TargetRows:
 class Generation:
     """A running generation: iterate it for `Step`s; `stats` and `text` are set when it ends.
 
-    `close()` stops it early (a client that went away): the next generation starts clean.
+    `close()` stops it early (a client that went away): the caches keep only tokens they hold,
+    so the next generation reuses what it can (or starts clean with cache_prompt=False).
     """
 
     def __init__(self) -> None:
@@ -126,11 +127,12 @@ def generate(
     speculative: SpeculativeSettings = SpeculativeSettings(),
     stop: Sequence[str] = (),
     pacer: DraftPacer | None = None,
+    cache_prompt: bool = True,
 ) -> Generation:
     """Generate from `prompt` with the target, sped up by `drafter` when given.
 
     Args:
-        target: the target model's context, any `Target` (its KV cache is reset).
+        target: the target model's context, any `Target`.
         prompt: prompt token ids (BOS included if the model wants one).
         drafter: a ModelDrafter or LookupDrafter; None for the target alone.
         max_tokens: stop after this many generated tokens.
@@ -141,6 +143,12 @@ def generate(
             fresh one. Used with the paced adaptive length (not --fixed, not --always-draft),
             unless a seeded sampled run (whose tokens must not depend on timings) asks for
             reproducibility.
+        cache_prompt: start from the longest common prefix of `prompt` with what the target's
+            KV cache holds (and the model drafter's) and decode only the rest; the last prompt
+            token is always decoded again, for its logits. False: clear both caches and decode
+            the whole prompt. Same output either way (a suffix decoded after a reused prefix
+            gives the same cache as the whole prompt at once where the kernels are
+            batch-invariant).
 
     Returns:
         A `Generation` to iterate; its `stats` are set when it ends.
@@ -163,7 +171,8 @@ def generate(
     if pacing and pacer is None:
         pacer = DraftPacer()
     gen._steps = _steps(
-        gen, target, list(prompt), drafter, max_tokens, sampling, speculative, rule, stop, pacer if pacing else None
+        gen, target, list(prompt), drafter, max_tokens, sampling, speculative, rule, stop, pacer if pacing else None,
+        cache_prompt,
     )
     return gen
 
@@ -179,6 +188,7 @@ def _steps(
     rule: AcceptRule,
     stop: Sequence[str],
     pacer: DraftPacer | None,
+    cache_prompt: bool = True,
 ) -> Iterator[Step]:
     rng = sampling.rng()
     model = target.model
@@ -198,10 +208,18 @@ def _steps(
     stop_reason = "length"
 
     t_start = clock.now()
-    target.clear()
+    cached = 0
+    if cache_prompt:
+        # reuse the longest common prefix, but decode at least the last prompt token (its logits)
+        cached = min(common_prefix(target.tokens, prompt), len(prompt) - 1)
+        target.truncate(cached)
+    else:
+        target.clear()
+        if drafter is not None:
+            drafter.reset()
     if drafter is not None and not (pacer is not None and pacer.pausing):
         drafter.prefill(prompt)  # while paused, a probe catches the draft up on the history instead
-    target.decode(prompt, logits="last")
+    target.decode(prompt[cached:], logits="last")
     first = _pick(target.logits(-1), sampling, rng)
     t_first = clock.now()
 
@@ -209,6 +227,7 @@ def _steps(
         t_end = clock.now()
         return RunStats(
             prompt_tokens=len(prompt),
+            cached_tokens=cached,
             generated_tokens=generated,
             prompt_s=t_first - t_start,
             gen_s=t_end - t_first,
@@ -317,6 +336,15 @@ def _steps(
     finally:
         # Stats are final whichever way the loop ended (exhausted, stopped, or closed).
         gen.stats = stats()
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def _pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generator) -> int:

@@ -185,6 +185,7 @@ class SpeculativePair:
         sampling: SamplingSettings = SamplingSettings(),
         speculative: SpeculativeSettings = SpeculativeSettings(),
         stop: Sequence[str] = (),
+        cache_prompt: bool = True,
     ) -> Generation:
         """Start a generation (iterate it for steps, or `.run()` it).
 
@@ -192,6 +193,10 @@ class SpeculativePair:
             prompt / messages / prompt_tokens: exactly one of them.
             drafter: the pair's own (default), one from `load_drafter`, or None: the target
                 alone through the same loop (the baseline).
+            cache_prompt: start from the longest common prefix of the prompt with what the
+                target's KV cache (and the drafter's) holds from earlier generations, and decode
+                only the rest (`stats.cached_tokens` says how many were reused); False: clear
+                the caches and decode the whole prompt.
         """
         given = sum(x is not None for x in (prompt, messages, prompt_tokens))
         if given != 1:
@@ -207,7 +212,20 @@ class SpeculativePair:
             speculative=speculative,
             stop=stop,
             pacer=self.pacer_for(drafter) if drafter is not None else None,
+            cache_prompt=cache_prompt,
         )
+
+    def reset(self) -> None:
+        """Clear the target's KV cache and every drafter's (the next generation starts cold)."""
+        self.target_ctx.clear()
+        for drafter in self._all_drafters():
+            drafter.reset()
+
+    def _all_drafters(self) -> list[Drafter]:
+        drafters = [entry[0] for entry in self._drafters.values()]
+        if self.drafter is not None and all(d is not self.drafter for d in drafters):
+            drafters.append(self.drafter)
+        return drafters
 
     def close(self) -> None:
         for _, _, model, ctx in self._drafters.values():

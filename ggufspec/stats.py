@@ -9,7 +9,9 @@ from dataclasses import asdict, dataclass
 class RunStats:
     """Counts and timings of one generation.
 
-    prompt phase: prefill of the prompt (target, and the draft model if any) up to the first token.
+    prompt phase: prefill of the prompt (target, and the draft model if any) up to the first token;
+    `prompt_tokens` counts the whole prompt, `cached_tokens` the part of it reused from the target's
+    KV cache (not decoded again), so the prefill decoded prompt_tokens - cached_tokens tokens.
     generation phase: everything after the first token; its wall time splits into draft decode,
     target verify (decode) and our own Python between llama.cpp calls (overhead).
     """
@@ -27,6 +29,7 @@ class RunStats:
     accepted_at: tuple[int, ...]  # accepted_at[i]: rounds whose token at position i was accepted
     stop_reason: str  # "length" | "eog" | "stop" | "context" | "cancelled"
     paused_rounds: int = 0  # rounds the pacer ran the target alone because drafting did not pay
+    cached_tokens: int = 0  # prompt tokens reused from the target's KV cache (prefix reuse)
 
     @property
     def overhead_s(self) -> float:
@@ -34,7 +37,9 @@ class RunStats:
 
     @property
     def prompt_tps(self) -> float:
-        return self.prompt_tokens / self.prompt_s if self.prompt_s > 0 else 0.0
+        """Prompt tokens decoded (prompt_tokens - cached_tokens) per second of prefill."""
+        n = self.prompt_tokens - self.cached_tokens
+        return n / self.prompt_s if self.prompt_s > 0 else 0.0
 
     @property
     def gen_tps(self) -> float:

@@ -7,6 +7,8 @@ the `ModelDrafter` drives it through the same five calls.
 
 Positions: the KV cache holds tokens 0..n_past-1 of one sequence. `decode` appends at n_past;
 row i of its logits scores the token after batch token i; `truncate(n)` keeps positions 0..n-1.
+`tokens` are the ids at those positions (len(tokens) == n_past, always: a decode that fails
+leaves neither), so a new prompt can start from its longest common prefix with them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ class Target(Protocol):
     n_ctx: int  # KV cache capacity, tokens
     n_batch: int  # most tokens one decode takes; a verify of K+1 rows must fit
     n_past: int  # tokens in the KV cache
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        """The token ids in the KV cache, positions 0..n_past-1 (read-only for callers)."""
+        ...
 
     @property
     def model(self) -> Vocab: ...

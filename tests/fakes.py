@@ -91,6 +91,10 @@ class FakeModel:
     def n_past(self) -> int:
         return len(self.kv)
 
+    @property
+    def tokens(self) -> list[int]:
+        return self.kv
+
     def decode(self, tokens: Sequence[int], *, logits: str = "last") -> None:
         n = len(tokens)
         if n == 0:

@@ -70,7 +70,7 @@ class Ours:
             drafter = self.drafters[cfg.draft]
         gen = self.pair.generate(
             prompt_tokens=self.tokens[prompt.id], drafter=drafter, max_tokens=self.plan.max_tokens,
-            sampling=sampling, speculative=spec,
+            sampling=sampling, speculative=spec, cache_prompt=False,  # every run prefills cold
         ).run()
         # a round that rejected ends with the target's correction token
         rejections = sum(1 for s in gen.sources if s is Source.CORRECTION)

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         if args.compare:
             baseline = pair.generate(
                 prompt_tokens=tokens, drafter=None, max_tokens=args.max_tokens, sampling=sampling,
-                speculative=speculative, stop=args.stop,
+                speculative=speculative, stop=args.stop, cache_prompt=False,  # a cold prefill, as the first run's
             ).run()
         _report(args, pair, gen, baseline, sampling)
     return 0

@@ -63,7 +63,17 @@ class Context:
         self._mem = llama.llama_get_memory(self._ptr)
         self._batch = llama.llama_batch_init(self.n_batch, 0, 1)
         self._n_vocab = model.n_vocab
-        self.n_past = 0  # tokens in the KV cache (positions 0..n_past-1)
+        self._tokens: list[int] = []  # the ids at KV positions 0..n_past-1
+
+    @property
+    def n_past(self) -> int:
+        """Tokens in the KV cache (positions 0..n_past-1)."""
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        """The token ids in the KV cache, in position order (only chunks that decoded)."""
+        return tuple(self._tokens)
 
     def decode(self, tokens: Sequence[int], *, logits: Literal["last", "all", "none"] = "last") -> None:
         """Append tokens to the KV cache at positions n_past.., computing logits only where asked.
@@ -96,8 +106,10 @@ class Context:
             with HeldInterrupt():  # llama.cpp may log from inside a decode (see lib)
                 rc = llama.llama_decode(self._ptr, b)
                 if rc == 0:
-                    self.n_past += len(chunk)
+                    self._tokens.extend(int(t) for t in chunk)
             if rc != 0:
+                # whatever part of the chunk reached the cache is dropped: tokens stay what it holds
+                llama.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
                 raise RuntimeError(f"llama_decode failed with code {rc} at position {self.n_past}")
 
     def warmup(self) -> None:
@@ -122,11 +134,11 @@ class Context:
         if n_keep < self.n_past:
             if not llama.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
                 raise RuntimeError(f"KV rollback to {n_keep} failed")
-            self.n_past = n_keep
+            del self._tokens[n_keep:]
 
     def clear(self) -> None:
         llama.llama_memory_clear(self._mem, True)
-        self.n_past = 0
+        self._tokens.clear()
 
     def close(self) -> None:
         ptr, self._ptr = getattr(self, "_ptr", None), None
