@@ -45,6 +45,7 @@ _EXPORTS: dict[str, str] = {
     "Step": "ggufspec.engine",
     "Source": "ggufspec.engine",
     "RunStats": "ggufspec.stats",
+    "SessionInfo": "ggufspec.session",
     "Target": "ggufspec.target",
     "Drafter": "ggufspec.drafters",
     "ModelDrafter": "ggufspec.drafters",
@@ -81,6 +82,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from ggufspec.resolve import PairRefs, resolve_pair_refs
     from ggufspec.runtime import PAIR_DRAFTER, SpeculativePair, load_pair
     from ggufspec.sampling import SamplingSettings
+    from ggufspec.session import SessionInfo
     from ggufspec.settings import ContextSettings, LookupSettings, ModelSettings, PairSettings
     from ggufspec.stats import RunStats
     from ggufspec.target import Target

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ggufspec.chat import render_chat
 from ggufspec.drafters import Drafter, LookupDrafter, ModelDrafter
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ggufspec.ggufinfo import ModelInfo
     from ggufspec.llama.context import Context
     from ggufspec.llama.model import Model
+    from ggufspec.session import SessionInfo
 
 # `pair.generate(drafter=PAIR_DRAFTER)`: the drafter the pair was loaded with
 PAIR_DRAFTER: Drafter = object()  # type: ignore[assignment]
@@ -220,6 +221,24 @@ class SpeculativePair:
         self.target_ctx.clear()
         for drafter in self._all_drafters():
             drafter.reset()
+
+    def save_session(self, path: str | Path, *, meta: Mapping[str, Any] | None = None) -> None:
+        """Write the target's and every draft model's KV cache, the tokens they hold and `meta`
+        (plain JSON) to `path`, atomically (ggufspec.session)."""
+        from ggufspec.session import save_pair_session
+
+        save_pair_session(self, path, meta=meta)
+
+    def load_session(self, path: str | Path) -> SessionInfo:
+        """Replace the caches with a saved session's, so the next generation reuses its tokens.
+
+        Raises:
+            UserError: the file belongs to another model, context size or cache type, or is
+                truncated, corrupt or not a session file.
+        """
+        from ggufspec.session import load_pair_session
+
+        return load_pair_session(self, path)
 
     def _all_drafters(self) -> list[Drafter]:
         drafters = [entry[0] for entry in self._drafters.values()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from typing import Literal, Sequence
 
 import numpy as np
@@ -135,6 +136,29 @@ class Context:
             if not llama.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
                 raise RuntimeError(f"KV rollback to {n_keep} failed")
             del self._tokens[n_keep:]
+
+    def state(self) -> bytes:
+        """The KV cache of sequence 0 as llama.cpp serialises it (llama_state_seq_get_data)."""
+        size = llama.llama_state_seq_get_size(self._ptr, 0)
+        buf = (ctypes.c_uint8 * size)()
+        with HeldInterrupt():
+            n = llama.llama_state_seq_get_data(self._ptr, buf, size, 0)
+        if n != size:
+            raise RuntimeError(f"llama_state_seq_get_data wrote {n} of {size} bytes")
+        return bytes(buf)
+
+    def load_state(self, data: bytes, tokens: Sequence[int]) -> bool:
+        """Replace the KV cache with `data` from `state()` holding `tokens`; False (cache left
+        empty) when llama.cpp refuses it (another model, context or cache type)."""
+        self.clear()
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        with HeldInterrupt():
+            n = llama.llama_state_seq_set_data(self._ptr, buf, len(data), 0)
+        if n == 0 or llama.llama_memory_seq_pos_max(self._mem, 0) != len(tokens) - 1:
+            self.clear()
+            return False
+        self._tokens = [int(t) for t in tokens]
+        return True
 
     def clear(self) -> None:
         llama.llama_memory_clear(self._mem, True)

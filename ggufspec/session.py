@@ -1,0 +1,212 @@
+"""Sessions on disk: a pair's KV caches saved after a generation, loaded into a fresh process.
+
+A session file holds, for the target and each draft model, llama.cpp's serialised KV cache of
+sequence 0 (llama_state_seq_get_data, through `llama.Context.state`) and the token ids it holds,
+with what it belongs to: the model file's fingerprint, the context size and the KV cache types.
+Loading checks those against the pair first and refuses a mismatch, a truncated or corrupt file,
+or a file that is not a session, with one line naming the problem and the fix.
+
+Layout (all integers little-endian):
+
+    MAGIC (17 bytes) | u64 header length H | header: H bytes of UTF-8 JSON | blob 0 | blob 1 | ...
+
+The header lists the blobs in file order ("caches": target first, then drafts), each with its
+byte count and sha256, so a short file reads as truncated and a damaged one as corrupt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from ggufspec.errors import UserError
+
+if TYPE_CHECKING:
+    from ggufspec.runtime import SpeculativePair
+
+MAGIC = b"ggufspec-session\n"
+VERSION = 1
+_FINGERPRINT_SPAN = 1 << 20  # bytes hashed at each end of a model file
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What a loaded session put in the pair: the target's cached tokens and the caller's meta."""
+
+    tokens: tuple[int, ...]
+    meta: dict = field(default_factory=dict)
+
+
+def fingerprint(path: str | Path) -> str:
+    """Which model file this is, cheaply: sha256 of its size, first and last MiB (the GGUF
+    header and metadata, the tensor table, the last weights)."""
+    path = Path(path)
+    size = path.stat().st_size
+    h = hashlib.sha256(struct.pack("<Q", size))
+    with path.open("rb") as f:
+        h.update(f.read(_FINGERPRINT_SPAN))
+        f.seek(max(0, size - _FINGERPRINT_SPAN))
+        h.update(f.read(_FINGERPRINT_SPAN))
+    return h.hexdigest()
+
+
+# ---- the file format (pure) -----------------------------------------------------------------
+
+
+def write_session(path: str | Path, header: Mapping[str, Any], blobs: Sequence[bytes]) -> None:
+    """Write header + blobs atomically (a temp file in the same folder, then os.replace)."""
+    path = Path(path)
+    caches = header["caches"]
+    if len(caches) != len(blobs):
+        raise ValueError("one cache entry per blob")
+    try:
+        text = json.dumps(dict(header), separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"session meta must be plain JSON (strings, numbers, lists, dicts): {exc}") from None
+    if not path.parent.is_dir():
+        raise UserError(f"cannot save the session to {path}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC + struct.pack("<Q", len(text)) + text)
+            for blob in blobs:
+                f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_session(path: str | Path) -> tuple[dict, list[bytes]]:
+    """(header, blobs) of a session file, checked for magic, version, length and checksums."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"no session file at {path}; save one first (or check the path)")
+    data = path.read_bytes()
+    prefix = len(MAGIC) + 8
+    if not data.startswith(MAGIC):
+        if len(data) < len(MAGIC) and MAGIC.startswith(data):
+            raise UserError(f"session file {path} is truncated ({len(data)} bytes); save the session again")
+        raise UserError(f"{path} is not a ggufspec session file; give a file written by save_session / /save")
+    if len(data) < prefix:
+        raise UserError(f"session file {path} is truncated ({len(data)} bytes); save the session again")
+    (n_header,) = struct.unpack_from("<Q", data, len(MAGIC))
+    if len(data) < prefix + n_header:
+        raise UserError(f"session file {path} is truncated ({len(data)} bytes); save the session again")
+    try:
+        header = json.loads(data[prefix : prefix + n_header])
+        caches = header["caches"]
+        sizes = [int(c["bytes"]) for c in caches]
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"session file {path} is corrupt (unreadable header); save the session again") from None
+    if header.get("version") != VERSION:
+        raise UserError(
+            f"session file {path} has format version {header.get('version')}, this ggufspec reads {VERSION}; "
+            "save the session again with this version"
+        )
+    expected = prefix + n_header + sum(sizes)
+    if len(data) < expected:
+        raise UserError(
+            f"session file {path} is truncated ({len(data)} of {expected} bytes); save the session again"
+        )
+    if len(data) > expected:
+        raise UserError(f"session file {path} is corrupt ({len(data) - expected} bytes past its end); save it again")
+    blobs, off = [], prefix + n_header
+    for cache, size in zip(caches, sizes):
+        blob = data[off : off + size]
+        off += size
+        if hashlib.sha256(blob).hexdigest() != cache.get("sha256"):
+            raise UserError(f"session file {path} is corrupt (checksum of the {cache.get('role')} cache); save it again")
+        blobs.append(blob)
+    return header, blobs
+
+
+# ---- a pair's caches --------------------------------------------------------------------------
+
+
+def _describe(role: str, path: Path, ctx: Any) -> dict:
+    return {
+        "role": role,
+        "file": path.name,
+        "fingerprint": fingerprint(path),
+        "n_ctx": ctx.n_ctx,
+        "cache_type_k": ctx.settings.cache_type_k,
+        "cache_type_v": ctx.settings.cache_type_v,
+    }
+
+
+def _model_contexts(pair: SpeculativePair) -> list[tuple[Any, Path, Any]]:
+    """(drafter, draft path, draft context) for each draft model the pair holds."""
+    return [(d, p, ctx) for d, p, _, ctx in pair._drafters.values() if ctx is not None and p is not None]
+
+
+def save_pair_session(pair: SpeculativePair, path: str | Path, *, meta: Mapping[str, Any] | None = None) -> None:
+    """Write the target's and every draft model's KV cache (and the tokens they hold) to `path`."""
+    caches, blobs = [], []
+    for role, model_path, ctx in [("target", pair.target_path, pair.target_ctx)] + [
+        ("draft", p, ctx) for _, p, ctx in _model_contexts(pair)
+    ]:
+        blob = ctx.state()
+        entry = _describe(role, model_path, ctx)
+        entry.update(tokens=list(ctx.tokens), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest())
+        caches.append(entry)
+        blobs.append(blob)
+    header = {"format": "ggufspec-session", "version": VERSION, "meta": dict(meta or {}), "caches": caches}
+    write_session(path, header, blobs)
+
+
+def load_pair_session(pair: SpeculativePair, path: str | Path) -> SessionInfo:
+    """Replace the pair's caches with a saved session's; a draft model the session lacks is reset
+    (it catches up on the history at its first draft)."""
+    header, blobs = read_session(path)
+    saved = header["caches"]
+    if not saved or saved[0].get("role") != "target":
+        raise UserError(f"session file {path} is corrupt (no target cache); save it again")
+    want = _describe("target", pair.target_path, pair.target_ctx)
+    got = saved[0]
+    if got.get("fingerprint") != want["fingerprint"]:
+        raise UserError(
+            f"session {path} belongs to another target model ({got.get('file')}), not {want['file']}; "
+            f"load it with that target or start a new session"
+        )
+    if got.get("n_ctx") != want["n_ctx"]:
+        raise UserError(
+            f"session {path} was saved with a context of {got.get('n_ctx')} tokens, this pair has {want['n_ctx']}; "
+            f"use --ctx {got.get('n_ctx')} or start a new session"
+        )
+    for key in ("cache_type_k", "cache_type_v"):
+        if got.get(key) != want[key]:
+            raise UserError(
+                f"session {path} was saved with a {got.get(key)} KV cache, this pair's is {want[key]}; "
+                f"use --cache-type {got.get(key)} or start a new session"
+            )
+    tokens = [int(t) for t in got.get("tokens", ())]
+    if not pair.target_ctx.load_state(blobs[0], tokens):
+        for drafter in pair._all_drafters():
+            drafter.reset()
+        raise UserError(
+            f"llama.cpp refused the target cache in session {path} (saved by another build or with other "
+            "attention settings?); start a new session"
+        )
+    for drafter, draft_path, ctx in _model_contexts(pair):
+        mine = _describe("draft", draft_path, ctx)
+        match = next(
+            (i for i, c in enumerate(saved) if i > 0 and all(c.get(k) == mine[k] for k in mine if k != "file")), None
+        )
+        if match is None or not ctx.load_state(blobs[match], [int(t) for t in saved[match].get("tokens", ())]):
+            drafter.reset()
+    for drafter in pair._all_drafters():
+        if all(drafter is not d for d, _, _ in _model_contexts(pair)):
+            drafter.reset()  # prompt lookup: rebuilt from the history
+    return SessionInfo(tokens=tuple(tokens), meta=dict(header.get("meta") or {}))
