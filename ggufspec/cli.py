@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "plan": "plan GPU offload of a target and a draft inside a VRAM budget",
     "bench": "measure speedup, accept rate and peers side by side",
     "serve": "OpenAI-compatible HTTP server with speculative decoding",
+    "chat": "interactive multi-turn console; switch draft, K and sampling live",
 }
 
 
