@@ -277,3 +277,16 @@ def test_session_conversation_round_trips_and_bad_meta_is_refused() -> None:
     assert Conversation.from_messages([{"role": "user", "content": "a"}]).system is None
     with pytest.raises(UserError, match="malformed"):
         Conversation.from_messages([{"role": "user"}])  # type: ignore[list-item]
+
+
+def test_bad_flags_fail_in_one_line_before_loading(tmp_path: Path) -> None:
+    for extra, words in [(["--temp", "-1"], "temperature must be >= 0"),
+                         (["--accept", "greedy", "--temp", "0.5"], "needs --temp 0"),
+                         (["--draft-max", "0"], "K must be in [1, 64]"),
+                         (["--session", str(tmp_path)], "is not a file"),
+                         (["--pair", "default", "--draft", "lookup"], "--pair names both")]:
+        r = subprocess.run([sys.executable, "-m", "ggufspec.cli", "chat", *extra], input="", capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 2 and r.stdout == "", (extra, r.stdout)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], (extra, r.stderr)
