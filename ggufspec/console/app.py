@@ -133,8 +133,13 @@ class Console:
     def command(self, cmd: Command) -> bool:
         if cmd.name in ("k", "temp", "top-p", "accept", "verbose"):
             self.settings = self.settings.apply(cmd)
-            self.note(f"{'colour by provenance ' + ('on' if self.settings.verbose else 'off')}"
-                      if cmd.name == "verbose" else self.settings.describe())
+            if cmd.name != "verbose":
+                self.note(self.settings.describe())
+            elif self.settings.verbose:
+                self.rich.print("[green]accepted draft[/] [red]target's correction[/] [blue]bonus token[/] "
+                                "plain: the target alone", style="dim")
+            else:
+                self.note("colours off")
         elif cmd.name == "draft":
             self.switch_draft(cmd.arg)
         elif cmd.name == "compare":
