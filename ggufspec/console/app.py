@@ -208,15 +208,20 @@ class Console:
         self.conv.ask(text)
         n_ctx = library.n_ctx(self.pair)
         room = min(self.settings.max_tokens, n_ctx // 4)
+        rendered: list[list[int]] = []
+
+        def count(messages: list) -> int:
+            rendered.append(library.encode(self.pair, messages))
+            return len(rendered[-1])
+
         try:
-            n, dropped = fit(self.conv, count=lambda m: len(library.encode(self.pair, m)), n_ctx=n_ctx, room=room,
-                             shift=self.context_shift)
+            n, dropped = fit(self.conv, count=count, n_ctx=n_ctx, room=room, shift=self.context_shift)
         except UserError:
             self.conv.withdraw()
             raise
         if dropped:
             self.note(f"context shift: dropped the {dropped} oldest messages; the prompt is now {n} tokens")
-        tokens = library.encode(self.pair, self.conv.messages)
+        tokens = rendered[-1]  # the conversation as it now stands
         run = self._generate(tokens, self.drafter, show=True)
         self.conv.answer(run.text)
         self.last = run.turn
@@ -261,11 +266,11 @@ class Console:
         """Run one generation; Ctrl-C stops it at the next token (a SIGINT handler sets a flag the
         loop reads, so the engine is closed between steps, never interrupted inside one)."""
         self._stop.clear()
-        restore = self._catch_sigint()
+        draft = library.drafter_name(self.pair, drafter)
         t0 = time.perf_counter()
         first_s = 0.0
         gen = library.start_turn(self.pair, tokens=tokens, drafter=drafter, settings=self.settings)
-        draft = library.drafter_name(self.pair, drafter)
+        restore = self._catch_sigint()
         try:
             for step in gen:
                 if not first_s:
