@@ -10,8 +10,8 @@ llama-server gets the KV cache type ggufspec's target uses (exactness.auto_cache
 attention, as ggufspec's contexts have; `--parallel` slots as there are clients at most.
 
 Workload: the built-in chat prompts (ggufspec/prompts/bench.jsonl, category chat), greedy, at each
---tokens, by one client (one request after another) then by --clients at once (each takes the next
-prompt when its last answer is in). Every request sends cache_prompt false (both servers' field), so
+--tokens, by one client (one request after another) then by --clients at once (each client sends
+every prompt, one after another, starting at its own; so the server always has that many requests). Every request sends cache_prompt false (both servers' field), so
 each one prefills its whole prompt: a repeat of the same prompt is not served from the cache. Servers
 alternate within each repeat (rotated each repeat) so a slow spell of the machine hits all of them.
 
@@ -20,7 +20,7 @@ HTTP included): the sum of usage.completion_tokens over the wall time from the f
 the last answer received. The table shows the median over --repeats passes with min-max.
 
     scripts/build_native.sh          # builds llama-server too (once)
-    python scripts/serve_compare.py --repeats 5
+    python scripts/serve_compare.py --repeats 3     # 12 prompts: about 45 min at ~60 tok/s
     python scripts/serve_compare.py --limit 1 --tokens 16 --repeats 1 --clients 2 --out /tmp/smoke
 
 Writes <out>.md and <out>.json (default docs/bench/serve_compare), atomically.
@@ -143,10 +143,15 @@ def _ask(url: str, messages: list, max_tokens: int) -> int:
 
 
 def _pass(url: str, prompts: list, max_tokens: int, clients: int) -> dict:
-    """All prompts once, by `clients` at once: completion tokens per wall second."""
+    """`clients` users at once, each sending every prompt in turn (user j starts at prompt j), so
+    the server has `clients` requests in hand from start to end: completion tokens per wall second."""
+
+    def user(j: int) -> int:
+        return sum(_ask(url, prompts[(j + i) % len(prompts)], max_tokens) for i in range(len(prompts)))
+
     t0 = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
-        tokens = sum(pool.map(lambda m: _ask(url, m, max_tokens), prompts))
+        tokens = sum(pool.map(user, range(clients)))
     wall = time.perf_counter() - t0
     return {"completion_tokens": tokens, "wall_s": wall, "tps": tokens / wall}
 
@@ -176,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llama-server", help="llama-server binary (default: scripts/build_native.sh's)")
     p.add_argument("--tokens", type=int, nargs="+", default=[64, 256], help="new tokens a request (default 64 256)")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 4], help="clients at once (default 1 4)")
-    p.add_argument("--repeats", type=int, default=5, help="passes over the prompts per cell (default 5)")
+    p.add_argument("--repeats", type=int, default=3, help="passes over the prompts per cell (default 3)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N chat prompts")
     p.add_argument("--draft-max", type=int, default=8, help="llama-server's --spec-draft-n-max (default 8)")
     p.add_argument("--ctx", type=int, default=4096, help="context per sequence (default 4096)")
@@ -241,7 +246,7 @@ def _run(args) -> int:
             tps = [r["tps"] for r in s.results[(n, c)]]
             rows.append({"server": s.name, "max_tokens": n, "clients": c, "median_tps": statistics.median(tps),
                          "min_tps": min(tps), "max_tps": max(tps), "passes": len(tps),
-                         "completion_tokens": s.results[(n, c)][0]["completion_tokens"],
+                         "completion_tokens": s.results[(n, c)][0]["completion_tokens"],  # of one pass
                          "runs": s.results[(n, c)]})
     setup = {"target": str(target), "draft": str(draft), "prompts": len(prompts), "cache_type": cache_type,
              "draft_max": args.draft_max, "ctx": args.ctx, "threads": args.threads, "repeats": args.repeats,
