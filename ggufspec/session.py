@@ -89,46 +89,51 @@ def write_session(path: str | Path, header: Mapping[str, Any], blobs: Sequence[b
 
 
 def read_session(path: str | Path) -> tuple[dict, list[bytes]]:
-    """(header, blobs) of a session file, checked for magic, version, length and checksums."""
+    """(header, blobs) of a session file, checked for magic, version, length and checksums
+    (a foreign file is refused after reading its first bytes only)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"no session file at {path}; save one first (or check the path)")
-    data = path.read_bytes()
+    size = path.stat().st_size
     prefix = len(MAGIC) + 8
-    if not data.startswith(MAGIC):
-        if len(data) < len(MAGIC) and MAGIC.startswith(data):
-            raise UserError(f"session file {path} is truncated ({len(data)} bytes); save the session again")
-        raise UserError(f"{path} is not a ggufspec session file; give a file written by save_session / /save")
-    if len(data) < prefix:
-        raise UserError(f"session file {path} is truncated ({len(data)} bytes); save the session again")
-    (n_header,) = struct.unpack_from("<Q", data, len(MAGIC))
-    if len(data) < prefix + n_header:
-        raise UserError(f"session file {path} is truncated ({len(data)} bytes); save the session again")
-    try:
-        header = json.loads(data[prefix : prefix + n_header])
-        caches = header["caches"]
-        sizes = [int(c["bytes"]) for c in caches]
-    except (ValueError, KeyError, TypeError):
-        raise UserError(f"session file {path} is corrupt (unreadable header); save the session again") from None
-    if header.get("version") != VERSION:
-        raise UserError(
-            f"session file {path} has format version {header.get('version')}, this ggufspec reads {VERSION}; "
-            "save the session again with this version"
-        )
-    expected = prefix + n_header + sum(sizes)
-    if len(data) < expected:
-        raise UserError(
-            f"session file {path} is truncated ({len(data)} of {expected} bytes); save the session again"
-        )
-    if len(data) > expected:
-        raise UserError(f"session file {path} is corrupt ({len(data) - expected} bytes past its end); save it again")
-    blobs, off = [], prefix + n_header
-    for cache, size in zip(caches, sizes):
-        blob = data[off : off + size]
-        off += size
-        if hashlib.sha256(blob).hexdigest() != cache.get("sha256"):
-            raise UserError(f"session file {path} is corrupt (checksum of the {cache.get('role')} cache); save it again")
-        blobs.append(blob)
+    truncated = f"session file {path} is truncated ({size} bytes); save the session again"
+    with path.open("rb") as f:
+        head = f.read(prefix)
+        if not head.startswith(MAGIC):
+            if len(head) < len(MAGIC) and MAGIC.startswith(head):
+                raise UserError(truncated)
+            raise UserError(f"{path} is not a ggufspec session file; give a file written by save_session / /save")
+        if len(head) < prefix:
+            raise UserError(truncated)
+        (n_header,) = struct.unpack_from("<Q", head, len(MAGIC))
+        if size < prefix + n_header:
+            raise UserError(truncated)
+        try:
+            header = json.loads(f.read(n_header))
+            caches = header["caches"]
+            sizes = [int(c["bytes"]) for c in caches]
+        except (ValueError, KeyError, TypeError):
+            raise UserError(f"session file {path} is corrupt (unreadable header); save the session again") from None
+        if header.get("version") != VERSION:
+            raise UserError(
+                f"session file {path} has format version {header.get('version')}, this ggufspec reads {VERSION}; "
+                "save the session again with this version"
+            )
+        expected = prefix + n_header + sum(sizes)
+        if size < expected:
+            raise UserError(
+                f"session file {path} is truncated ({size} of {expected} bytes); save the session again"
+            )
+        if size > expected:
+            raise UserError(f"session file {path} is corrupt ({size - expected} bytes past its end); save it again")
+        blobs = []
+        for cache, n in zip(caches, sizes):
+            blob = f.read(n)
+            if hashlib.sha256(blob).hexdigest() != cache.get("sha256"):
+                raise UserError(
+                    f"session file {path} is corrupt (checksum of the {cache.get('role')} cache); save it again"
+                )
+            blobs.append(blob)
     return header, blobs
 
 
