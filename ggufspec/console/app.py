@@ -21,7 +21,6 @@ from ggufspec.console import library
 from ggufspec.console.conversation import Conversation, fit
 from ggufspec.console.lines import PROMPT, LineReader
 from ggufspec.console.settings import ChatSettings, Command, help_text, parse_command
-from ggufspec.drafters import Drafter
 from ggufspec.engine import Source
 from ggufspec.errors import UserError
 from ggufspec.stats import RunStats
@@ -62,8 +61,8 @@ class Console:
         self.context_shift, self.session = context_shift, session
         self.out, self.err = out, err
         self.rich = Rich(file=out, highlight=False, soft_wrap=True)
-        self.drafter: Drafter | None = library.own_drafter(pair)
-        self.drafters: dict[str, Drafter | None] = {"none": None, draft_ref: self.drafter}
+        self.drafters: library.Drafters = library.own_drafters(pair)  # the next turn's
+        self.loaded: dict[str, library.Drafters] = {"none": (), draft_ref: self.drafters}
         self.last: Turn | None = None
         self._stop = threading.Event()
 
@@ -126,7 +125,7 @@ class Console:
 
     @property
     def draft_name(self) -> str:
-        return library.drafter_name(self.pair, self.drafter)
+        return library.drafters_name(self.pair, self.drafters)
 
     # ---- commands ----------------------------------------------------------------------------
 
@@ -163,11 +162,11 @@ class Console:
         return True
 
     def switch_draft(self, ref: str) -> None:
-        if ref not in self.drafters:
+        if ref not in self.loaded:
             if ref != "lookup":
                 self.note(f"loading {ref}")
-            self.drafters[ref] = library.load_drafter(self.pair, ref)
-        self.drafter = self.drafters[ref]
+            self.loaded[ref] = library.load_drafter(self.pair, ref)
+        self.drafters = self.loaded[ref]
         self.note(f"draft {self.draft_name}")
 
     def save(self, path: Path) -> None:
@@ -222,7 +221,7 @@ class Console:
         if dropped:
             self.note(f"context shift: dropped the {dropped} oldest messages; the prompt is now {n} tokens")
         tokens = rendered[-1]  # the conversation as it now stands
-        run = self._generate(tokens, self.drafter, show=True)
+        run = self._generate(tokens, self.drafters, show=True)
         self.conv.answer(run.text)
         self.last = run.turn
         self._footer(run.turn)
@@ -231,7 +230,7 @@ class Console:
         t = self.last
         if t is None:
             raise UserError("/compare runs the last reply again; say something first")
-        base = self._generate(t.tokens, None, show=False).turn
+        base = self._generate(t.tokens, (), show=False).turn
         a, b = t.stats, base.stats
         rows = [("", "speculative", "target alone"), ("draft", t.draft, "none"),
                 ("tokens/s", f"{a.gen_tps:.1f}", f"{b.gen_tps:.1f}"),
@@ -262,14 +261,14 @@ class Console:
         if s.stop_reason == "context":
             self.error("the reply filled the context; /reset to start over, or restart with --context-shift or a larger --ctx")
 
-    def _generate(self, tokens: list[int], drafter: Drafter | None, *, show: bool) -> _Run:
+    def _generate(self, tokens: list[int], drafters: library.Drafters, *, show: bool) -> _Run:
         """Run one generation; Ctrl-C stops it at the next token (a SIGINT handler sets a flag the
         loop reads, so the engine is closed between steps, never interrupted inside one)."""
         self._stop.clear()
-        draft = library.drafter_name(self.pair, drafter)
+        draft = library.drafters_name(self.pair, drafters)
         t0 = time.perf_counter()
         first_s = 0.0
-        gen = library.start_turn(self.pair, tokens=tokens, drafter=drafter, settings=self.settings)
+        gen = library.start_turn(self.pair, tokens=tokens, drafters=drafters, settings=self.settings)
         restore = self._catch_sigint()
         try:
             for step in gen:

@@ -13,6 +13,7 @@ from ggufspec.engine import Generation
 from ggufspec.runtime import SpeculativePair
 
 Pair = SpeculativePair
+Drafters = tuple[Drafter, ...]  # who proposes; () is the target alone
 
 
 def encode(pair: Pair, messages: list[Message]) -> list[int]:
@@ -24,25 +25,28 @@ def n_ctx(pair: Pair) -> int:
     return pair.target_ctx.n_ctx
 
 
-def start_turn(pair: Pair, *, tokens: list[int], drafter: Drafter | None, settings: ChatSettings) -> Generation:
-    """One reply: the draft/verify loop with `drafter` (None: the target alone), reusing the longest
-    prefix of `tokens` the pair's KV caches hold."""
-    return pair.generate(prompt_tokens=tokens, drafter=drafter, max_tokens=settings.max_tokens,
-                         sampling=settings.sampling(), speculative=settings.speculative())
+def start_turn(pair: Pair, *, tokens: list[int], drafters: Drafters, settings: ChatSettings) -> Generation:
+    """One reply: the draft/verify loop with `drafters` (empty: the target alone), reusing the
+    longest prefix of `tokens` the pair's KV caches hold."""
+    return pair.generate(prompt_tokens=tokens, drafter=drafters[0] if drafters else None,
+                         max_tokens=settings.max_tokens, sampling=settings.sampling(),
+                         speculative=settings.speculative())
 
 
-def own_drafter(pair: Pair) -> Drafter | None:
-    return pair.drafter
+def own_drafters(pair: Pair) -> Drafters:
+    """The drafters the pair was loaded with (its --draft)."""
+    return (pair.drafter,) if pair.drafter is not None else ()
 
 
-def load_drafter(pair: Pair, ref: str) -> Drafter:
+def load_drafter(pair: Pair, ref: str) -> Drafters:
     """A draft model reference or "lookup" -> a drafter the pair owns (UserError: cannot)."""
-    return pair.load_drafter(ref)
+    return (pair.load_drafter(ref),)
 
 
-def drafter_name(pair: Pair, drafter: Drafter | None) -> str:
-    name = pair.draft_name(drafter)
-    return Path(name).name if name not in ("none", "lookup") else name
+def drafters_name(pair: Pair, drafters: Drafters) -> str:
+    """"none", "lookup", a draft model's file name, or several joined by "+"."""
+    names = [pair.draft_name(d) for d in drafters]
+    return "+".join(n if n in ("none", "lookup") else Path(n).name for n in names) or "none"
 
 
 def reset(pair: Pair) -> None:
