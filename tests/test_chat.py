@@ -145,7 +145,7 @@ def test_save_then_resume_in_a_new_process(tiny_target_q8: Path, tiny_draft_q8: 
 def test_bad_commands_get_one_line_errors_and_the_console_goes_on(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
     bad = ["/bogus", "/k x", "/k 0", "/k 99", "/top-p 2", "/temp -1", "/temp hot", "/accept nope",
            "/draft /nonexistent/model.gguf", "/save", "/compare", "/stats now", "/accept greedy", "/temp 0.5"]
-    r = _chat(tiny_target_q8, tiny_draft_q8, [*bad, "/help", "Hi"])
+    r = _chat(tiny_target_q8, tiny_draft_q8, [*bad, "/help", "Hi", "/reset", "Hello again"])
     assert r.returncode == 0, r.stderr
     errors = _errors(r.stderr)
     # every bad line but "/accept greedy" (fine at temp 0) got exactly one line
@@ -154,7 +154,9 @@ def test_bad_commands_get_one_line_errors_and_the_console_goes_on(tiny_target_q8
     assert errors[0] == "error: unknown command /bogus; /help lists the commands"
     assert "/temp 0.5" not in errors[-1] and "greedy" in errors[-1]  # greedy acceptance while sampling
     assert "/draft REF|lookup|none" in r.stdout  # /help
-    assert len(_replies(r.stdout, ["Hi"])) == 1  # and the console still talks
+    (_, hi), (_, again) = _replies(r.stdout, ["Hi", "Hello again"])  # and the console still talks
+    assert "[conversation cleared]" in r.stdout
+    assert int(again.group(3)) == 0 and int(again.group(2)) < int(hi.group(2)) + N_NEW  # /reset: nothing kept
 
 
 def test_a_conversation_that_outgrows_the_context(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
@@ -177,6 +179,12 @@ def test_a_conversation_that_outgrows_the_context(tiny_target_q8: Path, tiny_dra
     replies = _replies(shifted.stdout, said)
     assert len(replies) == len(said)
     assert int(replies[-1][1].group(3)) > 0  # what still matched the cache (the system prompt) was reused
+
+    # a reply that runs into the end of the context stops there, with the same advice
+    full = _chat(tiny_target_q8, tiny_draft_q8, ["Hi"], n=1000, ctx=256)
+    assert full.returncode == 0
+    assert _errors(full.stderr) == ["error: the reply filled the context; /reset to start over, or restart with "
+                                    "--context-shift or a larger --ctx"]
 
 
 def test_ctrl_c_stops_the_reply_and_keeps_the_console(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
