@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "plan": "plan GPU offload of a target and a draft inside a VRAM budget",
     "bench": "measure speedup, accept rate and peers side by side",
     "serve": "OpenAI-compatible HTTP server with speculative decoding",
+    "chat": "interactive multi-turn console; switch draft, K and sampling live",
     "devices": "list the devices llama.cpp can run layers on (GPUs, RPC workers, the CPU)",
     "rpc-server": "serve this machine's CPU as an RPC worker for --rpc on another process",
 }

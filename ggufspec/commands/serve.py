@@ -5,6 +5,11 @@ events), GET /v1/models, GET /health, GET /metrics (Prometheus). Responses carry
 `speculative` block (drafted, accepted, accept_rate, mean_accepted_len, gen_tps). Requests may
 set draft_max and accept (greedy | rejection | match) besides OpenAI's sampling fields.
 
+The pair's KV caches are kept between requests: a request decodes only what its prompt does not
+share with the previous one (a conversation's next turn re-reads nothing);
+usage.prompt_tokens_details.cached_tokens says how many prompt tokens were reused, and a request
+may opt out with "cache_prompt": false (llama.cpp server's name).
+
 One generation runs at a time; up to --queue requests wait, and more get 429 with Retry-After.
 A client that disconnects stops its generation. With no --target/--draft, serves the embedded
 default pair. Binds 127.0.0.1 unless --host says otherwise. Needs the server extra:

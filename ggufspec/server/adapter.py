@@ -44,6 +44,7 @@ class GenerationRequest:
     sampling: SamplingSettings
     speculative: SpeculativeSettings
     stop: tuple[str, ...]
+    cache_prompt: bool = True  # reuse the prefix the previous request left in the KV caches
 
 
 def open_pair(*, refs: PairRefs, settings: PairSettings) -> Pair:
@@ -109,14 +110,19 @@ def generation_request(
     except UserError as exc:
         raise invalid(str(exc)) from None
     return GenerationRequest(
-        tokens=tuple(tokens), max_tokens=max_tokens, sampling=sampling, speculative=speculative, stop=body.stops
+        tokens=tuple(tokens), max_tokens=max_tokens, sampling=sampling, speculative=speculative, stop=body.stops,
+        cache_prompt=body.cache_prompt,
     )
 
 
 def start_generation(pair: Pair, request: GenerationRequest) -> Generation:
     """Start one generation on the pair (the worker thread only): iterate it for steps with `.text`,
-    `.close()` it to stop early; its `.stats` (RunStats) are set when it ends. UserError: refused."""
+    `.close()` it to stop early; its `.stats` (RunStats) are set when it ends. UserError: refused.
+
+    The pair's KV caches are the server's one slot: a generation starts from the longest common
+    prefix of its prompt with what the previous one left (`stats.cached_tokens`), unless the
+    request set cache_prompt false."""
     return pair.generate(
         prompt_tokens=list(request.tokens), max_tokens=request.max_tokens, sampling=request.sampling,
-        speculative=request.speculative, stop=request.stop,
+        speculative=request.speculative, stop=request.stop, cache_prompt=request.cache_prompt,
     )

@@ -24,6 +24,9 @@ class Metrics:
         )
         self.generations = Counter("ggufspec_generations", "Generations by stop reason", ["stop_reason"], registry=r)
         self.prompt_tokens = Counter("ggufspec_prompt_tokens", "Prompt tokens processed", registry=r)
+        self.cached_tokens = Counter(
+            "ggufspec_prompt_cached_tokens", "Prompt tokens reused from the KV cache (not decoded again)", registry=r
+        )
         self.generated_tokens = Counter("ggufspec_generated_tokens", "Tokens generated", registry=r)
         self.drafted = Counter("ggufspec_drafted_tokens", "Tokens proposed by the drafter", registry=r)
         self.accepted = Counter("ggufspec_accepted_tokens", "Drafted tokens the target accepted", registry=r)
@@ -54,6 +57,7 @@ class Metrics:
         """One finished (or cancelled) generation."""
         self.generations.labels(stats.stop_reason).inc()
         self.prompt_tokens.inc(stats.prompt_tokens)
+        self.cached_tokens.inc(stats.cached_tokens)
         self.generated_tokens.inc(stats.generated_tokens)
         self.drafted.inc(stats.drafted)
         self.accepted.inc(stats.accepted)

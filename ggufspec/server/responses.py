@@ -26,6 +26,8 @@ def usage(stats: RunStats) -> dict:
         "prompt_tokens": stats.prompt_tokens,
         "completion_tokens": stats.generated_tokens,
         "total_tokens": stats.prompt_tokens + stats.generated_tokens,
+        # OpenAI's field: prompt tokens served from the cache (here: the KV cache's common prefix)
+        "prompt_tokens_details": {"cached_tokens": stats.cached_tokens},
     }
 
 

@@ -53,6 +53,9 @@ class Params(BaseModel):
     draft_max: int | None = Field(default=None, ge=1, le=MAX_DRAFT)
     always_draft: bool | None = None  # None: the server's default (serve --always-draft)
     accept: Literal["greedy", "rejection", "match"] | None = None
+    # llama.cpp server's name: reuse the longest common prefix of the prompt with the KV cache the
+    # previous request left (default); false decodes the whole prompt afresh
+    cache_prompt: bool = True
     # OpenAI fields this server does not implement: accepted only at their neutral value
     best_of: int | None = None
     presence_penalty: float | None = None

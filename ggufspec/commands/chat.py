@@ -1,0 +1,110 @@
+"""Talk with a target model, sped up by a draft, in an interactive multi-turn console.
+
+Each line you type is a user message; the reply streams as it is generated, with the GGUF's chat
+template around the whole conversation. The KV caches keep the conversation, so a turn decodes
+only its new messages. Commands change the run live (/help lists them): /draft REF|lookup|none,
+/k N|auto, /temp T, /top-p P, /accept greedy|rejection|match, /compare (the last reply again with
+the target alone, speeds side by side), /stats, /verbose (colour by provenance), /system TEXT,
+/save FILE, /reset. Ctrl-C stops a reply and keeps the console; Ctrl-D quits.
+
+Reads a pipe too, one message or command a line (scripted sessions). --session FILE resumes the
+conversation saved there (by /save or an earlier --session), its KV caches included, and saves it
+back when the console quits. A conversation that outgrows --ctx is refused with a message, or with
+--context-shift loses its oldest turns (the system prompt stays).
+
+examples:
+  ggufspec chat
+  ggufspec chat --target ./big.gguf --draft ./small.gguf --system "You are terse." --session talk.bin
+  printf 'Hi!\\n/k 4\\n/temp 0.7\\nTell me a joke.\\n/compare\\n' | ggufspec chat
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ggufspec.commands import add_pair_argument
+from ggufspec.errors import UserError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    m = p.add_argument_group("models")
+    m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
+    m.add_argument("--draft", metavar="REF", help="draft model reference, 'lookup' for prompt lookup, 'none' for the target alone")
+    add_pair_argument(m)
+    m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
+    c = p.add_argument_group("conversation")
+    c.add_argument("--system", metavar="TEXT", help="system prompt")
+    c.add_argument("--session", metavar="FILE", type=Path,
+                   help="resume the conversation and KV caches saved in FILE (if it exists); save them there on quit")
+    c.add_argument("--context-shift", action="store_true",
+                   help="when the conversation outgrows the context, drop its oldest turns (the system prompt stays)")
+    c.add_argument("-n", "--max-tokens", type=int, default=512, metavar="N", help="most tokens a reply generates (default 512)")
+    s = p.add_argument_group("sampling (change live with /temp, /top-p)")
+    s.add_argument("--temp", type=float, default=0.0, metavar="T", help="temperature; 0 = greedy (default)")
+    s.add_argument("--top-k", type=int, default=0, metavar="K", help="top-k (0 = off)")
+    s.add_argument("--top-p", type=float, default=1.0, metavar="P", help="top-p in (0, 1] (1 = off)")
+    s.add_argument("--min-p", type=float, default=0.0, metavar="P", help="min-p (0 = off)")
+    s.add_argument("--seed", type=int, default=None, help="random seed (reproducible sampled replies)")
+    d = p.add_argument_group("speculation (change live with /draft, /k, /accept)")
+    d.add_argument("--draft-max", type=int, default=8, metavar="N", help="most tokens drafted per round, K (default 8)")
+    d.add_argument("--fixed", action="store_true", help="always draft --draft-max tokens (default: adaptive length)")
+    d.add_argument("--always-draft", action="store_true",
+                   help="adaptive length without pausing: draft even when the measured costs say the target alone is faster")
+    d.add_argument("--accept", default=None, metavar="RULE", help="greedy | rejection | match (default: greedy at temp 0, else rejection)")
+    r = p.add_argument_group("runtime")
+    r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
+    r.add_argument(
+        "--cache-type", default="auto", choices=("auto", "f16", "q8_0", "q4_0", "f32"), metavar="TYPE",
+        help="target KV cache: auto | f16 | q8_0 | q4_0 | f32 (default auto, as `ggufspec run`)",
+    )
+    r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    r.add_argument("--ngl", default="auto", metavar="N|all|auto", help="target layers on the GPU (default auto: planner)")
+    r.add_argument("--ngld", default="auto", metavar="N|all|auto", help="draft layers on the GPU (default auto)")
+    r.add_argument("--llama-log", action="store_true", help="show llama.cpp's own log")
+    o = p.add_argument_group("output")
+    o.add_argument("-v", "--verbose", action="store_true", help="colour each token by where it came from (/verbose)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ggufspec.acceptance import AcceptRule
+    from ggufspec.console import ChatSettings, Console, Conversation
+    from ggufspec.console.lines import open_reader
+    from ggufspec.drafters import DraftLengthSettings
+    from ggufspec.llama.lib import set_verbose
+    from ggufspec.resolve import resolve_pair_refs
+    from ggufspec.runtime import load_pair
+    from ggufspec.settings import ContextSettings, PairSettings, parse_layers
+
+    set_verbose(args.llama_log)
+    # every setting checked before anything loads
+    settings = ChatSettings(
+        max_tokens=args.max_tokens, draft_max=args.draft_max, fixed=args.fixed, temperature=args.temp,
+        top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed,
+        accept=AcceptRule.parse(args.accept) if args.accept else None, verbose=args.verbose,
+        length=DraftLengthSettings(always_draft=args.always_draft),
+    )
+    pair_settings = PairSettings(
+        context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads, cache_type_k=args.cache_type,
+                                cache_type_v=args.cache_type),
+        n_gpu_layers=parse_layers(args.ngl, flag="--ngl"),
+        n_gpu_layers_draft=parse_layers(args.ngld, flag="--ngld"),
+        offline=args.offline,
+    )
+    if args.session is not None and args.session.exists() and not args.session.is_file():
+        raise UserError(f"--session {args.session} is not a file; name a file to resume or to create")
+    refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
+    draft_ref = refs.draft or "none"
+
+    with load_pair(target=refs.target, draft=draft_ref, settings=pair_settings) as pair:
+        if pair.drafter is not None and settings.sampling().greedy and pair.inexact_greedy:
+            sys.stderr.write(f"note: {pair.inexact_greedy}\n")
+        console = Console(pair, settings=settings, conversation=Conversation(system=args.system),
+                          draft_ref=str(draft_ref), context_shift=args.context_shift, session=args.session)
+        console.banner()
+        if args.session is not None and args.session.exists():
+            console.resume(args.session)
+            if args.system is not None:
+                console.conv.system = args.system
+        return console.run(open_reader())

@@ -1,0 +1,136 @@
+"""The console's run settings and its slash commands, parsed (pure: no model, no terminal).
+
+A command line is `/name [argument]`; `parse_command` splits and checks it, `ChatSettings.apply`
+turns a setting command into new settings (refused, settings unchanged, when the result would be
+inconsistent: greedy acceptance while sampling, say). Every refusal is a one-line UserError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ggufspec.acceptance import AcceptRule
+from ggufspec.drafters import DraftLengthSettings
+from ggufspec.engine import SpeculativeSettings
+from ggufspec.errors import UserError
+from ggufspec.sampling import SamplingSettings
+
+MAX_K = 64  # as the server's draft_max
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str  # without the slash
+    arg: str  # the rest of the line, stripped ("" when none)
+
+
+# name -> (argument shown in /help, what it does); the order is /help's
+COMMANDS: dict[str, tuple[str, str]] = {
+    "draft": ("REF|lookup|none", "switch the drafter: a draft model, prompt lookup, or the target alone"),
+    "k": ("N|auto", "draft N tokens a round (fixed), or the adaptive, paced length"),
+    "temp": ("T", "temperature; 0 is greedy"),
+    "top-p": ("P", "top-p in (0, 1]; 1 is off"),
+    "accept": ("greedy|rejection|match", "how drafts are judged (greedy needs /temp 0)"),
+    "compare": ("", "the last turn again with the target alone: speeds side by side"),
+    "stats": ("", "the last turn's numbers and the settings in force"),
+    "verbose": ("", "colour each token by where it came from (on/off)"),
+    "system": ("TEXT", "set the system prompt (no TEXT: remove it)"),
+    "save": ("FILE", "save the conversation and the KV caches (resume with --session FILE)"),
+    "reset": ("", "forget the conversation (the system prompt stays)"),
+    "help": ("", "this list"),
+    "quit": ("", "leave (Ctrl-D too)"),
+}
+_NEEDS_ARG = {"draft", "k", "temp", "top-p", "accept", "save"}
+
+
+def help_text() -> str:
+    width = max(len(f"/{n} {a}".rstrip()) for n, (a, _) in COMMANDS.items())
+    lines = [f"  {f'/{n} {a}'.rstrip():<{width}}  {what}" for n, (a, what) in COMMANDS.items()]
+    keys = "  Ctrl-C stops a reply (the console stays); Ctrl-D quits; Up/Down recall earlier lines."
+    return "\n".join(["commands:", *lines, keys])
+
+
+def parse_command(line: str) -> Command:
+    """'/k 4' -> Command('k', '4'); an unknown name or a missing argument is a UserError."""
+    name, _, arg = line.strip().removeprefix("/").partition(" ")
+    name, arg = name.lower(), arg.strip()
+    if name == "exit":
+        name = "quit"
+    if name not in COMMANDS:
+        raise UserError(f"unknown command /{name}; /help lists the commands")
+    if name in _NEEDS_ARG and not arg:
+        raise UserError(f"/{name} needs an argument: /{name} {COMMANDS[name][0]}")
+    if name not in _NEEDS_ARG and name != "system" and arg:
+        raise UserError(f"/{name} takes no argument, got {arg!r}")
+    return Command(name, arg)
+
+
+def _number(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"{what} must be a number, got {text!r}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatSettings:
+    """What the next turn runs with; every field is changed live by a command."""
+
+    max_tokens: int = 512  # most tokens one reply generates
+    draft_max: int = 8  # K: the most tokens one round drafts (the cap of the adaptive length)
+    fixed: bool = False  # always draft K (/k N) instead of the adaptive, paced length (/k auto)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    accept: AcceptRule | None = None  # None: greedy at temperature 0, rejection otherwise
+    verbose: bool = False
+    length: DraftLengthSettings = field(default_factory=DraftLengthSettings)  # the rest (p-min, min)
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise UserError(f"max tokens must be >= 1, got {self.max_tokens}")
+        if not 1 <= self.draft_max <= MAX_K:
+            raise UserError(f"K must be in [1, {MAX_K}], got {self.draft_max}; /draft none runs the target alone")
+        self.speculative().rule_for(self.sampling())  # greedy acceptance while sampling: refused
+
+    def sampling(self) -> SamplingSettings:
+        return SamplingSettings(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
+                                min_p=self.min_p, seed=self.seed)
+
+    def speculative(self) -> SpeculativeSettings:
+        length = replace(self.length, draft_max=self.draft_max, fixed=self.fixed,
+                         draft_min=min(self.length.draft_min, self.draft_max))
+        return SpeculativeSettings(accept=self.accept, length=length)
+
+    @property
+    def k_text(self) -> str:
+        return f"{self.draft_max} (fixed)" if self.fixed else f"auto (up to {self.draft_max})"
+
+    def apply(self, cmd: Command) -> ChatSettings:
+        """New settings for a setting command (k, temp, top-p, accept, verbose); UserError if bad."""
+        if cmd.name == "k":
+            if cmd.arg.lower() == "auto":
+                return replace(self, fixed=False)
+            try:
+                k = int(cmd.arg)
+            except ValueError:
+                raise UserError(f"/k takes a whole number or 'auto', got {cmd.arg!r}") from None
+            if k == 0:
+                raise UserError("/k 0 drafts nothing; use /draft none for the target alone")
+            return replace(self, draft_max=k, fixed=True)
+        if cmd.name == "temp":
+            return replace(self, temperature=_number(cmd.arg, "/temp"))
+        if cmd.name == "top-p":
+            return replace(self, top_p=_number(cmd.arg, "/top-p"))
+        if cmd.name == "accept":
+            return replace(self, accept=AcceptRule.parse(cmd.arg))
+        if cmd.name == "verbose":
+            return replace(self, verbose=not self.verbose)
+        raise ValueError(f"/{cmd.name} is not a setting")  # a bug in the caller, not user input
+
+    def describe(self) -> str:
+        rule = self.speculative().rule_for(self.sampling()).value
+        return (f"K {self.k_text}, temp {self.temperature:g}, top-p {self.top_p:g}, accept {rule}, "
+                f"max {self.max_tokens} tokens a reply")
