@@ -13,8 +13,10 @@ tokens. Each round the controller picks a source, then its K:
 2. K, by the cost model built from measurements only:
        E_d(K) = 1 + sum_{i=1..K} pi_d(i),   pi_d(i) = prod_{j<=i} c_d(j)
        T_d(K) = a + K * b_d
-   a: median of the last 16 rounds that drafted nothing; b_d: median of the last 16
-   (round - a) / K of drafter d (its draft tokens, verify rows and our Python per token);
+   a: low median of the last 16 rounds that drafted nothing; b_d: low median of the last 16
+   (round - a) / K of drafter d (its draft tokens, verify rows and our Python per token); a
+   drafting round faster than a / 2 says a is stale (a cold first round): the target alone runs
+   next to measure it again;
    c_d(j): P(draft j accepted | drafts 1..j-1 accepted), discounted counts (0.97 a round) plus
    one pseudo-round of prior c_d(j-1) (c_d(0) = alpha0), so past the measured positions the
    curve extends the measured one. K = argmax E_d(K) / T_d(K) over [max(1, draft_min), cap]; R0_d is
@@ -22,7 +24,9 @@ tokens. Each round the controller picks a source, then its K:
 
 Bounded exploration: a source not run for `retry` rounds (32) runs next (the longest waiting
 first), so a losing choice is tried again within retry + (number of sources) rounds; a source
-never run runs as soon as it can.
+never run runs as soon as it can. A retry after which the source's estimate beats the best
+other source's runs again, up to `confirm` (3) more rounds while it keeps beating it, so a source whose costs came back is re-adopted in a few rounds, not
+a few retries. Timing medians use the samples of the last 2 * retry rounds where there are any.
 
 Full information (Not-a-Bandit, arXiv 2510.20064): a free drafter (prompt lookup: no model, no
 cost) is queried every round before the choice; after the verify its proposal is scored against
@@ -68,6 +72,7 @@ class ControlSettings:
     window: int = 16  # timing samples whose median is an estimate
     prior_rounds: float = 2.0  # pseudo-rounds of the cost model in a source's throughput
     winsor: float = 4.0  # a round's seconds count at most this many model round times
+    confirm: int = 3  # rounds a retry that beat the estimates runs again
 
     def __post_init__(self) -> None:
         if self.retry < 1 or not 0 < self.decay <= 1 or not 0 < self.accept_decay <= 1 or self.window < 1:
@@ -93,6 +98,26 @@ class Choice:
     retry: bool = False  # chosen by the retry schedule, not by the estimates
 
 
+class _Samples:
+    """The last `window` timing samples; their median, preferring those of the last `horizon` rounds."""
+
+    def __init__(self, window: int) -> None:
+        self._items: deque[tuple[int, float]] = deque(maxlen=window)
+
+    def add(self, now: int, value: float) -> None:
+        self._items.append((now, value))
+
+    def median(self, now: int, horizon: int) -> float | None:
+        if not self._items:
+            return None
+        fresh = [v for r, v in self._items if now - r <= horizon]
+        # the low median: a timing is only ever slowed by noise (a stall), never sped up
+        return statistics.median_low(fresh or [v for _, v in self._items])
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+
 @dataclass
 class _Realized:
     """Discounted sums of one source's rounds, decayed lazily to `at`."""
@@ -115,7 +140,7 @@ class _DrafterModel:
     free: bool
     drafted_at: list[float] = field(default_factory=list)  # discounted rounds that judged draft i (the drafts before it accepted)
     accepted_at: list[float] = field(default_factory=list)  # ... that accepted it
-    per_token: deque = field(default_factory=deque)  # (round - a) / K samples
+    per_token: _Samples = field(default_factory=lambda: _Samples(16))  # (round - a) / K samples
     at: int = 0
 
     @property
@@ -135,22 +160,26 @@ class DraftController:
         self.timed = timed
         self.settings = settings
         self.round = 0  # rounds observed
-        self._base: deque[float] = deque(maxlen=settings.window)  # seconds of rounds that drafted nothing
+        self._base = _Samples(settings.window)  # seconds of rounds that drafted nothing
         if not timed:
-            self._base.append(1.0)  # counted: a round of the target alone is the unit, no calibration
+            self._base.add(0, 1.0)  # counted: a round of the target alone is the unit, no calibration
         self._sources: dict[str, _Realized] = {}
         self._drafters: dict[str, _DrafterModel] = {}
+        self._bar = math.inf  # the best other source's estimate when a retry ran
+        self._probe: tuple[int, int] = (1, 1)  # (lo, cap) of the K range of the retried source
+        self._confirm: tuple[str, int] | None = None  # (source, rounds left) to run again
+        self._recheck = False  # a is suspect: measure the target alone again
 
     # ---- estimates ----------------------------------------------------------------------------
 
     def base_s(self) -> float | None:
         """a: one round of the target alone, seconds (None: not measured yet)."""
-        return statistics.median(self._base) if self._base else None
+        return self._base.median(self.round, 2 * self.settings.retry)
 
     def _model(self, name: str, free: bool) -> _DrafterModel:
         m = self._drafters.get(name)
         if m is None:
-            m = self._drafters[name] = _DrafterModel(free=free, per_token=deque(maxlen=self.settings.window))
+            m = self._drafters[name] = _DrafterModel(free=free, per_token=_Samples(self.settings.window))
         return m
 
     def _source(self, name: str) -> _Realized:
@@ -166,7 +195,8 @@ class DraftController:
         a = self.base_s()
         if m is None or a is None:
             return None
-        return statistics.median(m.per_token) if m.per_token else m.b_prior * a
+        b = m.per_token.median(self.round, 2 * self.settings.retry)
+        return b if b is not None else m.b_prior * a
 
     def prefix_accept(self, name: str, n: int) -> list[float]:
         """pi_d(1..n): P(the first i drafts of `name` are all accepted), i = 1..n."""
@@ -216,11 +246,13 @@ class DraftController:
         `allow_none`: False never chooses the target alone while a drafter can propose."""
         lo = max(1, draft_min)
         options: dict[str, tuple[int, float | None]] = {}  # source -> (K, modelled rate)
+        caps: dict[str, int] = {NONE: 0}
         for c in drafters:
             self._model(c.name, c.free)
             cap = draft_max if c.match_len is None else min(draft_max, c.match_len)
             if cap < lo:
                 continue
+            caps[c.name] = cap
             best = self.best_len(c.name, lo=lo, cap=cap)
             options[c.name] = best if best is not None else (min(cap, max(lo, 4)), None)
         a = self.base_s()
@@ -230,18 +262,24 @@ class DraftController:
             name, (k, _) = next(iter(options.items()))
             return Choice(None if name == NONE else name, k)
         # calibrate first: a round of the target alone measures a (the unit of every estimate)
-        if a is None and NONE in options:
+        if (a is None or self._recheck) and NONE in options:
+            self._recheck = False
             return Choice(None, 0, retry=True)
-        # retry: a source never run, or not run for `retry` rounds, runs now (longest waiting first)
+        rates = {n: self.throughput(n, r) or 0.0 for n, (_, r) in options.items()}
+        # retry: a source never run, or not run for `retry` rounds, runs now (longest waiting
+        # first); a retry that beat the others runs again (`confirm` rounds at most)
         waits = {n: (math.inf if self._source(n).last is None else self.round - self._source(n).last)
                  for n in options}
         oldest = max(options, key=lambda n: waits[n])
-        if waits[oldest] >= self.settings.retry:
-            k = options[oldest][0]
-            return Choice(None if oldest == NONE else oldest, k, retry=True)
-        rates = {n: self.throughput(n, r) or 0.0 for n, (_, r) in options.items()}
-        name = max(options, key=lambda n: rates[n])  # ties: the first drafter given, none last
-        return Choice(None if name == NONE else name, options[name][0])
+        again, self._confirm = self._confirm, None
+        if waits[oldest] < self.settings.retry and again is not None and again[0] in options:
+            oldest, self._confirm = again[0], (again[0], again[1] - 1) if again[1] > 1 else None
+        elif waits[oldest] < self.settings.retry:
+            name = max(options, key=lambda n: rates[n])  # ties: the first drafter given, none last
+            return Choice(None if name == NONE else name, options[name][0])
+        self._bar = max((r for n, r in rates.items() if n != oldest), default=0.0)
+        self._probe = (lo, caps[oldest])
+        return Choice(None if oldest == NONE else oldest, options[oldest][0], retry=True)
 
     # ---- learning -----------------------------------------------------------------------------
 
@@ -271,12 +309,14 @@ class DraftController:
             round_s, draft_s = 1.0, 0.0
         a = self.base_s()
         if drafted == 0:
-            self._base.append(max(0.0, round_s - draft_s))  # a draft that came back empty is not the target's cost
+            self._base.add(self.round, max(0.0, round_s - draft_s))  # a draft that came back empty is not the target's cost
         elif name is not None:
             if a is None:  # no round of the target alone yet: infer a from the prior b
                 a = round_s / (1.0 + drafted * self._drafters[name].b_prior)
-                self._base.append(a)
-            self._drafters[name].per_token.append(max(0.0, (round_s - a) / drafted))
+                self._base.add(self.round, a)
+            elif round_s < 0.5 * a:  # a verify of K+1 rows cannot cost half of one row's
+                self._recheck = True
+            self._drafters[name].per_token.add(self.round, max(0.0, (round_s - a) / drafted))
             self._record_accepts(name, drafted, accepted, emitted)
         for other, (proposed, matched) in (scored or {}).items():
             if other != name and proposed > 0:
@@ -291,6 +331,17 @@ class DraftController:
         src.seconds += min(round_s, cap)
         src.last = self.round
         self.round += 1
+        if choice.retry:  # a retry: run it again while its estimate, with this round, beats the others
+            if name is None:
+                prior = 1.0 / a if a else None
+            else:
+                best = self.best_len(name, lo=self._probe[0], cap=self._probe[1])
+                prior = best[1] if best is not None else None
+            rate = self.throughput(NONE if name is None else name, prior) or 0.0
+            if rate <= self._bar:
+                self._confirm = None
+            elif self._confirm is None:
+                self._confirm = (NONE if name is None else name, st.confirm)
 
     def _decay_accepts(self, m: _DrafterModel) -> None:
         if self.round > m.at:

@@ -118,7 +118,7 @@ def reference(tiny_target_q8: Path):
 
     def run(*, prompt=None, messages=None, max_tokens: int, stop=()):
         tokens = pair.encode(prompt=prompt, messages=messages)
-        gen = pair.generate(prompt_tokens=tokens, max_tokens=max_tokens, stop=list(stop), drafter=None).run()
+        gen = pair.generate(prompt_tokens=tokens, max_tokens=max_tokens, stop=list(stop), drafters=()).run()
         return gen.text, gen.stats
 
     yield run
