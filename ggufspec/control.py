@@ -4,7 +4,7 @@ A round either runs the target alone (K = 0, source "none") or lets one drafter 
 tokens. Each round the controller picks a source, then its K:
 
 1. Source. Its realized throughput, tokens emitted per second of wall time over the rounds it
-   ran, discounted by age in rounds (gamma = 0.98 a round: half weight after 34 rounds, so no
+   ran, discounted by age in rounds (gamma = 0.95 a round: half weight after 14 rounds, so no
    verdict outlives its data) and shrunk towards the cost model's figure R0 with m = 2
    pseudo-rounds:
        R_s = (sum w * tokens + m * R0_s * a) / (sum w * seconds + m * a),   w = gamma^age
@@ -13,7 +13,9 @@ tokens. Each round the controller picks a source, then its K:
 2. K, by the cost model built from measurements only:
        E_d(K) = 1 + sum_{i=1..K} pi_d(i),   pi_d(i) = prod_{j<=i} c_d(j)
        T_d(K) = a + K * b_d
-   a: low median of the last 16 rounds that drafted nothing; b_d: low median of the last 16
+   a: the fastest of the last 16 rounds' verify-and-Python time (a round that drafted nothing
+   measures a; one that drafted bounds it from above: K + 1 rows cost no less than one); b_d:
+   the low median of the last 16
    (round - a) / K of drafter d (its draft tokens, verify rows and our Python per token); a
    drafting round faster than a / 2 says a is stale (a cold first round): the target alone runs
    next to measure it again;
@@ -67,7 +69,7 @@ class ControlSettings:
     """The controller's horizons (in rounds) and robustness knobs."""
 
     retry: int = 32  # a source not run for this many rounds runs next
-    decay: float = 0.98  # weight of a realized round per round of age
+    decay: float = 0.95  # weight of a realized round per round of age
     accept_decay: float = 0.97  # weight of an acceptance observation per round of age
     window: int = 16  # timing samples whose median is an estimate
     prior_rounds: float = 2.0  # pseudo-rounds of the cost model in a source's throughput
@@ -107,12 +109,14 @@ class _Samples:
     def add(self, now: int, value: float) -> None:
         self._items.append((now, value))
 
-    def median(self, now: int, horizon: int) -> float | None:
+    def median(self, now: int, horizon: int, *, low: bool = False) -> float | None:
+        """The low median (`low`: the minimum) of the fresh samples, or of all when none is fresh."""
         if not self._items:
             return None
-        fresh = [v for r, v in self._items if now - r <= horizon]
-        # the low median: a timing is only ever slowed by noise (a stall), never sped up
-        return statistics.median_low(fresh or [v for _, v in self._items])
+        fresh = [v for r, v in self._items if now - r <= horizon] or [v for _, v in self._items]
+        # a timing is only ever slowed by noise (a stall, llama.cpp's first decode of a new
+        # batch shape), never sped up: the low median, or the minimum for the target alone
+        return min(fresh) if low else statistics.median_low(fresh)
 
     def __bool__(self) -> bool:
         return bool(self._items)
@@ -161,6 +165,7 @@ class DraftController:
         self.settings = settings
         self.round = 0  # rounds observed
         self._base = _Samples(settings.window)  # seconds of rounds that drafted nothing
+        self._bound = _Samples(settings.window)  # verify-and-Python seconds of rounds that drafted
         if not timed:
             self._base.add(0, 1.0)  # counted: a round of the target alone is the unit, no calibration
         self._sources: dict[str, _Realized] = {}
@@ -174,7 +179,10 @@ class DraftController:
 
     def base_s(self) -> float | None:
         """a: one round of the target alone, seconds (None: not measured yet)."""
-        return self._base.median(self.round, 2 * self.settings.retry)
+        horizon = 2 * self.settings.retry
+        found = [x for x in (self._base.median(self.round, horizon, low=True),
+                             self._bound.median(self.round, horizon, low=True)) if x is not None]
+        return min(found) if found and self._base else None
 
     def _model(self, name: str, free: bool) -> _DrafterModel:
         m = self._drafters.get(name)
@@ -297,8 +305,9 @@ class DraftController:
     ) -> None:
         """A round ended: `choice` ran, `drafted` tokens were verified, `accepted` kept, `emitted`
         tokens came out (accepted + 1) in `round_s` seconds (drafting, verify and our Python; not a
-        draft model's catch-up), `draft_s` of them drafting. `free`: the chosen drafter is free. `scored`: for free drafters
-        not chosen, (proposed, matched): their proposal and its prefix equal to the emitted tokens."""
+        draft model's catch-up), `draft_s` of them drafting. `free`: the chosen drafter is free.
+        `scored`: for free drafters not chosen, (proposed, matched): their proposal and its prefix
+        equal to the emitted tokens."""
         st = self.settings
         name = choice.drafter
         if name is not None:
@@ -308,9 +317,11 @@ class DraftController:
         elif not self.timed:
             round_s, draft_s = 1.0, 0.0
         a = self.base_s()
-        if drafted == 0:
-            self._base.add(self.round, max(0.0, round_s - draft_s))  # a draft that came back empty is not the target's cost
-        elif name is not None:
+        if drafted == 0:  # measures a (a draft that came back empty is not the target's cost)
+            self._base.add(self.round, max(0.0, round_s - draft_s))
+        elif a is not None:  # bounds a from above
+            self._bound.add(self.round, max(0.0, round_s - draft_s))
+        if drafted > 0 and name is not None:
             if a is None:  # no round of the target alone yet: infer a from the prior b
                 a = round_s / (1.0 + drafted * self._drafters[name].b_prior)
                 self._base.add(self.round, a)
