@@ -2,7 +2,7 @@
 
 Greedy output is checked against an independent reference (an argmax loop written here, not
 ggufspec's loop with K = 0), so a bug in shared code cannot cancel out; sampled output against
-the exact distribution of the target alone, enumerated; pacing against a simulated clock.
+the exact distribution of the target alone, enumerated; the draft controller against a simulated clock.
 """
 
 from __future__ import annotations
