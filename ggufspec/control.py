@@ -105,18 +105,24 @@ class _Samples:
 
     def __init__(self, window: int) -> None:
         self._items: deque[tuple[int, float]] = deque(maxlen=window)
+        self._memo: tuple[tuple, float | None] = ((), None)
 
     def add(self, now: int, value: float) -> None:
         self._items.append((now, value))
+        self._memo = ((), None)
 
     def median(self, now: int, horizon: int, *, low: bool = False) -> float | None:
         """The low median (`low`: the minimum) of the fresh samples, or of all when none is fresh."""
         if not self._items:
             return None
+        if self._memo[0] == (now, horizon, low):  # asked several times a round
+            return self._memo[1]
         fresh = [v for r, v in self._items if now - r <= horizon] or [v for _, v in self._items]
         # a timing is only ever slowed by noise (a stall, llama.cpp's first decode of a new
         # batch shape), never sped up: the low median, or the minimum for the target alone
-        return min(fresh) if low else statistics.median_low(fresh)
+        value = min(fresh) if low else statistics.median_low(fresh)
+        self._memo = ((now, horizon, low), value)
+        return value
 
     def __bool__(self) -> bool:
         return bool(self._items)
@@ -174,15 +180,21 @@ class DraftController:
         self._probe: tuple[int, int] = (1, 1)  # (lo, cap) of the K range of the retried source
         self._confirm: tuple[str, int] | None = None  # (source, rounds left) to run again
         self._recheck = False  # a is suspect: measure the target alone again
+        self._a_memo: tuple[tuple, float | None] = ((), None)
 
     # ---- estimates ----------------------------------------------------------------------------
 
     def base_s(self) -> float | None:
         """a: one round of the target alone, seconds (None: not measured yet)."""
+        key = (self.round, self._base._memo[0], self._bound._memo[0])
+        if self._a_memo[0] == key:  # asked several times a round
+            return self._a_memo[1]
         horizon = 2 * self.settings.retry
         found = [x for x in (self._base.median(self.round, horizon, low=True),
                              self._bound.median(self.round, horizon, low=True)) if x is not None]
-        return min(found) if found and self._base else None
+        a = min(found) if found and self._base else None
+        self._a_memo = ((self.round, self._base._memo[0], self._bound._memo[0]), a)
+        return a
 
     def _model(self, name: str, free: bool) -> _DrafterModel:
         m = self._drafters.get(name)
