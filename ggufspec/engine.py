@@ -290,7 +290,9 @@ def _steps(
                             candidates.append(Candidate(d.name))
                     choice = controller.choose(drafters=candidates, draft_max=draft_max, draft_min=lengths.draft_min,
                                                allow_none=not lengths.always_draft)
-                    paused += choice.drafter is None
+                    # paused: the target alone by choice, not for want of a proposal
+                    paused += choice.drafter is None and any(
+                        c.match_len is None or c.match_len >= max(1, lengths.draft_min) for c in candidates)
                 if choice.drafter is not None:
                     k = choice.draft_len
                     d = proposals.get(choice.drafter)
