@@ -30,7 +30,9 @@ _kernels.activate()
 _EXPORTS: dict[str, str] = {
     "load_pair": "ggufspec.runtime",
     "SpeculativePair": "ggufspec.runtime",
-    "PAIR_DRAFTER": "ggufspec.runtime",
+    "PAIR_DRAFTERS": "ggufspec.runtime",
+    "DraftController": "ggufspec.control",
+    "ControlSettings": "ggufspec.control",
     "PairSettings": "ggufspec.settings",
     "ContextSettings": "ggufspec.settings",
     "ModelSettings": "ggufspec.settings",
@@ -77,6 +79,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from ggufspec.acceptance import AcceptRule, Variant
+    from ggufspec.control import ControlSettings, DraftController
     from ggufspec.drafters import DraftLengthSettings, Drafter, LookupDrafter, ModelDrafter
     from ggufspec.engine import Generation, Source, SpeculativeSettings, Step, generate
     from ggufspec.devices import Device, llama_devices
@@ -85,7 +88,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from ggufspec.ggufinfo import read_model_info
     from ggufspec.plan import plan_offload
     from ggufspec.resolve import PairRefs, resolve_pair_refs
-    from ggufspec.runtime import PAIR_DRAFTER, SpeculativePair, load_pair
+    from ggufspec.runtime import PAIR_DRAFTERS, SpeculativePair, load_pair
     from ggufspec.sampling import SamplingSettings
     from ggufspec.session import SessionInfo
     from ggufspec.settings import ContextSettings, LookupSettings, ModelSettings, PairSettings

@@ -1,4 +1,4 @@
-"""Who proposes tokens, and how many: a draft model or prompt lookup; fixed or adaptive length.
+"""Who proposes tokens: a draft model or prompt lookup; and the draft-length settings.
 
 A drafter sees the whole token history (prompt + emitted, the last token not yet in any KV
 cache) and returns up to `draft_len` proposed tokens with, when they were sampled, the draft
@@ -6,12 +6,13 @@ distributions q they were drawn from (None = deterministic, q one-hot).
 
 One name per concept, from the flag to this module: `--draft-max` -> `DraftLengthSettings.draft_max`
 (the most tokens a round drafts), `--draft-min` -> `draft_min`, `--draft-p-min` -> `draft_p_min`,
-`--fixed` -> `fixed`, `--always-draft` -> `always_draft`; `draft_len` is what one round asks for.
+`--fixed` -> `fixed`, `--always-draft` -> `always_draft`; `draft_len` is what one round asks for
+(chosen by ggufspec.control, or draft_max with --fixed).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -33,7 +34,10 @@ class Draft:
 
 
 class Drafter(Protocol):
-    name: str
+    name: str  # shown in -v and in `RunStats.drafter_rounds`; distinct among a generation's drafters
+    # True: no model and no cost, a deterministic function of the history (prompt lookup): the
+    # loop asks it every round before choosing, and scores it against what the target emitted
+    free: bool
 
     def prefill(self, prompt: Sequence[int]) -> float:
         """Prepare for a new sequence; returns seconds spent decoding."""
@@ -64,12 +68,11 @@ class Drafter(Protocol):
 class DraftLengthSettings:
     """--draft-max, --draft-min, --draft-p-min, --fixed and --always-draft."""
 
-    draft_max: int = 8  # most tokens one round drafts
+    draft_max: int = 8  # most tokens one round drafts (the controller's largest K)
     draft_min: int = 0  # a shorter draft is not verified (the round runs the target alone)
     draft_p_min: float = 0.0  # confidence stop: stop drafting when the draft's top p falls below
-    fixed: bool = False  # always draft draft_max (default: the adaptive schedule of DraftLength)
-    # adaptive only: draft even when the measured costs say the target alone is faster (no pacing)
-    always_draft: bool = False
+    fixed: bool = False  # no controller: the first drafter drafts draft_max every round
+    always_draft: bool = False  # the controller never chooses the target alone (K = 0)
 
     def __post_init__(self) -> None:
         if self.draft_max < 1:
@@ -78,35 +81,6 @@ class DraftLengthSettings:
             raise UserError(f"draft-min must be in [0, draft-max={self.draft_max}], got {self.draft_min}")
         if not 0.0 <= self.draft_p_min < 1.0:
             raise UserError(f"draft-p-min must be in [0, 1), got {self.draft_p_min}")
-
-    @property
-    def paced(self) -> bool:
-        """The adaptive schedule, paused while drafting does not pay (ggufspec.pacing)."""
-        return not self.fixed and not self.always_draft
-
-
-@dataclass
-class DraftLength:
-    """How many tokens to draft next round.
-
-    Fixed: always draft_max. Adaptive (Hugging Face's "heuristic" schedule): +2 after a round
-    where every drafted token was accepted, -1 after a rejection, within [max(1, draft_min), draft_max].
-    """
-
-    settings: DraftLengthSettings
-    current: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.current = self.settings.draft_max if self.settings.fixed else min(4, self.settings.draft_max)
-
-    def update(self, *, drafted: int, accepted: int) -> None:
-        if self.settings.fixed or drafted == 0:
-            return
-        lo = max(1, self.settings.draft_min)
-        if accepted == drafted:
-            self.current = min(self.settings.draft_max, self.current + 2)
-        else:
-            self.current = max(lo, self.current - 1)
 
 
 # ---- a draft model -------------------------------------------------------------------------
@@ -123,10 +97,11 @@ class ModelDrafter:
     drawn from q shaped by the same sampling settings as the target's p (then kept as q rows).
     """
 
-    name = "model"
+    free = False
 
-    def __init__(self, context: Target) -> None:
+    def __init__(self, context: Target, *, name: str = "model") -> None:
         self.ctx = context  # the draft model's context (llama.Context, or a fake in tests)
+        self.name = name
 
     def reset(self) -> None:
         self.ctx.clear()
@@ -218,6 +193,7 @@ class LookupDrafter:
     """
 
     name = "lookup"
+    free = True
 
     def __init__(self, settings: LookupSettings = LookupSettings()) -> None:
         self.ngram_max = settings.ngram_max

@@ -1,7 +1,8 @@
 """The draft/verify loop as a generator of steps; without a drafter, the target alone.
 
 One round, with history h (the last token of h not yet in the target's KV cache):
-    1. the drafter proposes x_0..x_{K-1} (K may be 0: then this is a plain target step);
+    0. the controller (ggufspec.control) picks which drafter proposes and K, from past rounds only;
+    1. that drafter proposes x_0..x_{K-1} (K may be 0: then this is a plain target step);
     2. the target decodes [h_last, x_0..x_{K-1}] in one batch, logits for all K+1 rows;
        row i is the target's distribution for the token after batch token i;
     3. an acceptance rule keeps x_0..x_{n-1} and adds one token (correction or bonus);
@@ -19,9 +20,9 @@ import numpy as np
 
 from ggufspec import clock
 from ggufspec.acceptance import AcceptRule, Variant, accept_greedy, accept_match, accept_rejection
-from ggufspec.drafters import Drafter, DraftLength, DraftLengthSettings
+from ggufspec.control import Candidate, Choice, DraftController
+from ggufspec.drafters import Draft, Drafter, DraftLengthSettings
 from ggufspec.errors import UserError
-from ggufspec.pacing import DraftPacer
 from ggufspec.sampling import SamplingSettings, probabilities, sample
 from ggufspec.stats import RunStats
 from ggufspec.target import Target
@@ -46,6 +47,7 @@ class Step:
     source: Source
     text: str
     round: int
+    drafter: str | None = None  # the drafter that proposed it (DRAFT tokens only)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,28 +123,28 @@ def generate(
     *,
     target: Target,
     prompt: Sequence[int],
-    drafter: Drafter | None = None,
+    drafters: Sequence[Drafter] = (),
     max_tokens: int = 128,
     sampling: SamplingSettings = SamplingSettings(),
     speculative: SpeculativeSettings = SpeculativeSettings(),
     stop: Sequence[str] = (),
-    pacer: DraftPacer | None = None,
+    controller: DraftController | None = None,
     cache_prompt: bool = True,
 ) -> Generation:
-    """Generate from `prompt` with the target, sped up by `drafter` when given.
+    """Generate from `prompt` with the target, sped up by `drafters` when given.
 
     Args:
         target: the target model's context, any `Target`.
         prompt: prompt token ids (BOS included if the model wants one).
-        drafter: a ModelDrafter or LookupDrafter; None for the target alone.
+        drafters: ModelDrafters and/or LookupDrafters (distinct names); () for the target alone.
         max_tokens: stop after this many generated tokens.
         sampling: temperature / top-k / top-p / min-p / seed, applied to target and draft alike.
         speculative: acceptance rule, variant and draft-length policy.
         stop: stop strings; the text ends before the first one.
-        pacer: cost estimates to learn from and keep (a pair keeps one per drafter); None: a
-            fresh one. Used with the paced adaptive length (not --fixed, not --always-draft),
-            unless a seeded sampled run (whose tokens must not depend on timings) asks for
-            reproducibility.
+        controller: chooses each round's drafter and length from measured throughput, and keeps
+            what it learned (a pair keeps one); None: a fresh one. Not used with --fixed; a
+            seeded sampled run (whose tokens must not depend on timings) always gets a fresh,
+            counted one (ggufspec.control: driven by accept counts, not time).
         cache_prompt: start from the longest common prefix of `prompt` with what the target's
             KV cache holds (and the model drafter's) and decode only the rest; the last prompt
             token is always decoded again, for its logits. False: clear both caches and decode
@@ -166,13 +168,20 @@ def generate(
     if max_tokens < 1:
         raise UserError(f"max tokens must be >= 1, got {max_tokens}")
     rule = speculative.rule_for(sampling)
+    drafters = tuple(drafters)
+    names = [d.name for d in drafters]
+    for name in names:
+        if names.count(name) > 1:
+            raise UserError(f"two drafters are named {name!r}; give each --draft once")
+    if speculative.length.fixed or not drafters:
+        controller = None
+    elif not sampling.greedy and sampling.seed is not None:
+        controller = DraftController(timed=False)  # reproducible: counts only, fresh each generation
+    elif controller is None:
+        controller = DraftController()
     gen = Generation()
-    pacing = drafter is not None and speculative.length.paced and (sampling.greedy or sampling.seed is None)
-    if pacing and pacer is None:
-        pacer = DraftPacer()
     gen._steps = _steps(
-        gen, target, list(prompt), drafter, max_tokens, sampling, speculative, rule, stop, pacer if pacing else None,
-        cache_prompt,
+        gen, target, list(prompt), drafters, max_tokens, sampling, speculative, rule, stop, controller, cache_prompt,
     )
     return gen
 
@@ -181,13 +190,13 @@ def _steps(
     gen: Generation,
     target: Target,
     prompt: list[int],
-    drafter: Drafter | None,
+    drafters: tuple[Drafter, ...],
     max_tokens: int,
     sampling: SamplingSettings,
     speculative: SpeculativeSettings,
     rule: AcceptRule,
     stop: Sequence[str],
-    pacer: DraftPacer | None,
+    controller: DraftController | None,
     cache_prompt: bool = True,
 ) -> Iterator[Step]:
     rng = sampling.rng()
@@ -195,13 +204,15 @@ def _steps(
     detok = Detokenizer(model)
     stop_text = StopText(stop)
     lengths = speculative.length
-    length = DraftLength(lengths)
+    by_name = {d.name: d for d in drafters}
     # rule and drafts: rejection sampling needs the draft's q, so its drafts are sampled from q;
     # greedy and match take argmax drafts (q one-hot), as llama.cpp does
     sampled_drafts = rule is AcceptRule.REJECTION
     drafted_at = [0] * lengths.draft_max
     accepted_at = [0] * lengths.draft_max
     drafted = accepted = rounds = paused = 0
+    k_hist: dict[int, int] = {}
+    drafter_rounds: dict[str, int] = {}
     draft_s = verify_s = 0.0
     history = list(prompt)
     generated = 0
@@ -215,10 +226,10 @@ def _steps(
         target.truncate(cached)
     else:
         target.clear()
-        if drafter is not None:
-            drafter.reset()
-    if drafter is not None and not (pacer is not None and pacer.pausing):
-        drafter.prefill(prompt)  # while paused, a probe catches the draft up on the history instead
+        for d in drafters:
+            d.reset()
+    for d in drafters:
+        d.prefill(prompt)  # a model drafter keeps what its cache shares with the prompt
     target.decode(prompt[cached:], logits="last")
     first = _pick(target.logits(-1), sampling, rng)
     t_first = clock.now()
@@ -240,70 +251,101 @@ def _steps(
             accepted_at=tuple(accepted_at),
             stop_reason=stop_reason,
             paused_rounds=paused,
+            k_hist=dict(sorted(k_hist.items())),
+            drafter_rounds=drafter_rounds,
         )
 
     pending: list[tuple[int, Source]] = [(first, Source.TARGET)]
+    proposer: str | None = None  # who drafted the pending DRAFT tokens
     try:
         while True:
             # ---- emit what the last round produced, stopping where the request says -----------
             for tok, src in pending:
+                who = proposer if src is Source.DRAFT else None
                 history.append(tok)
                 generated += 1
                 if model.is_eog(tok):
                     stop_reason = "eog"
-                    yield Step(tok, src, detok.flush() + stop_text.flush(), rounds)
+                    yield Step(tok, src, detok.flush() + stop_text.flush(), rounds, who)
                     return
                 text, hit = stop_text.push(detok.push(tok))
                 if hit:
                     stop_reason = "stop"
-                    yield Step(tok, src, text, rounds)
+                    yield Step(tok, src, text, rounds, who)
                     return
                 if generated >= max_tokens:
                     stop_reason = "length"
-                    yield Step(tok, src, text + stop_text.push(detok.flush())[0] + stop_text.flush(), rounds)
+                    yield Step(tok, src, text + stop_text.push(detok.flush())[0] + stop_text.flush(), rounds, who)
                     return
                 if len(history) >= target.n_ctx:
                     stop_reason = "context"
-                    yield Step(tok, src, text + stop_text.push(detok.flush())[0] + stop_text.flush(), rounds)
+                    yield Step(tok, src, text + stop_text.push(detok.flush())[0] + stop_text.flush(), rounds, who)
                     return
-                yield Step(tok, src, text, rounds)
+                yield Step(tok, src, text, rounds, who)
 
-            # ---- draft ---------------------------------------------------------------------
+            # ---- choose and draft ----------------------------------------------------------------
             # Budget: tokens we may still emit; a round of K drafts emits up to K+1 and needs
             # K+1 free KV slots (the last history token is not yet in the target's cache).
             remaining = min(max_tokens - generated, target.n_ctx - len(history))
             draft_max = min(lengths.draft_max, remaining - 1, target.n_batch - 1)  # verify fits one batch
-            draft_len = min(length.current, draft_max)
-            if pacer is not None and draft_len > 0:
-                draft_len = pacer.decide(draft_len=draft_len, draft_max=draft_max)
-                paused += draft_len == 0
+            t_round = clock.now()
+            choice: Choice | None = None
+            proposals: dict[str, Draft] = {}  # free drafters' proposals, asked before the choice
             draft_tokens: tuple[int, ...] = ()
             q_rows: tuple = ()
-            round_draft_s, round_draft_calls = 0.0, 0
-            if drafter is not None and draft_len > 0:
-                d = drafter.propose(
-                    history, draft_len=draft_len, draft_p_min=lengths.draft_p_min, sampled=sampled_drafts,
-                    sampling=sampling, rng=rng,
-                )
-                round_draft_s = d.decode_s - d.catchup_s  # catching up after a pause is not drafting
-                round_draft_calls = d.decode_calls
-                draft_s += d.decode_s
-                if len(d.tokens) >= lengths.draft_min:
-                    draft_tokens, q_rows = d.tokens, d.q_rows
+            round_draft_s = catchup_s = 0.0
+            if drafters and draft_max > 0:
+                if controller is None:  # --fixed: the first drafter, draft_max every round
+                    choice = Choice(drafters[0].name, draft_max)
+                else:
+                    candidates = []
+                    for d in drafters:
+                        if getattr(d, "free", False):  # a function of the history: asking it now is lossless
+                            p = proposals[d.name] = d.propose(
+                                history, draft_len=draft_max, draft_p_min=lengths.draft_p_min, sampled=sampled_drafts,
+                                sampling=sampling, rng=rng,
+                            )
+                            candidates.append(Candidate(d.name, free=True, match_len=len(p.tokens)))
+                        else:
+                            candidates.append(Candidate(d.name))
+                    choice = controller.choose(drafters=candidates, draft_max=draft_max, draft_min=lengths.draft_min,
+                                               allow_none=not lengths.always_draft)
+                    # paused: the target alone by choice, not for want of a proposal
+                    paused += choice.drafter is None and any(
+                        c.match_len is None or c.match_len >= max(1, lengths.draft_min) for c in candidates)
+                if choice.drafter is not None:
+                    k = choice.draft_len
+                    d = proposals.get(choice.drafter)
+                    if d is not None:
+                        d = Draft(d.tokens[:k], d.q_rows[:k])
+                    else:
+                        d = by_name[choice.drafter].propose(
+                            history, draft_len=k, draft_p_min=lengths.draft_p_min, sampled=sampled_drafts,
+                            sampling=sampling, rng=rng,
+                        )
+                    catchup_s = d.catchup_s  # catching up on history it missed is not this round's drafting
+                    round_draft_s = d.decode_s - d.catchup_s
+                    draft_s += d.decode_s
+                    if len(d.tokens) >= lengths.draft_min:
+                        draft_tokens, q_rows = d.tokens, d.q_rows
+            source = choice.drafter if choice is not None and choice.drafter is not None else "none"
+            drafter_rounds[source] = drafter_rounds.get(source, 0) + 1
+            k_hist[len(draft_tokens)] = k_hist.get(len(draft_tokens), 0) + 1
 
             # ---- verify ----------------------------------------------------------------------
             kd = len(draft_tokens)
             n_keep = target.n_past + 1  # the last history token stays in every case
             t = clock.now()
             target.decode([history[-1], *draft_tokens], logits="all")
-            round_verify_s = clock.now() - t
-            verify_s += round_verify_s
+            verify_s += clock.now() - t
             rounds += 1
 
             if kd == 0:
-                if pacer is not None:
-                    pacer.observe(drafted=0, accepted=0, draft_s=round_draft_s, verify_s=round_verify_s)
-                pending = [(_pick(target.logits(0), sampling, rng), Source.TARGET)]
+                tok = _pick(target.logits(0), sampling, rng)
+                if controller is not None and choice is not None:
+                    _observe(controller, choice, proposals, drafted=0, accepted=0, emitted=[tok],
+                             round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s)
+                pending = [(tok, Source.TARGET)]
                 continue
             if rule is AcceptRule.GREEDY:
                 argmax = [int(np.argmax(target.logits(i))) for i in range(kd + 1)]
@@ -323,11 +365,10 @@ def _steps(
             for i in range(kd):
                 drafted_at[i] += 1
                 accepted_at[i] += i < n
-            length.update(drafted=kd, accepted=n)
-            if pacer is not None:
-                pacer.observe(
-                    drafted=kd, accepted=n, draft_s=round_draft_s, verify_s=round_verify_s, draft_calls=round_draft_calls
-                )
+            if controller is not None and choice is not None:
+                _observe(controller, choice, proposals, drafted=kd, accepted=n, emitted=[*draft_tokens[:n], verdict.token],
+                         round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s)
+            proposer = choice.drafter if choice is not None else None
             pending = [(x, Source.DRAFT) for x in draft_tokens[:n]]
             pending.append((verdict.token, Source.BONUS if verdict.bonus else Source.CORRECTION))
     except GeneratorExit:
@@ -345,6 +386,18 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def _observe(
+    controller: DraftController, choice: Choice, proposals: dict[str, Draft], *, drafted: int, accepted: int,
+    emitted: Sequence[int], round_s: float, draft_s: float,
+) -> None:
+    """Tell the controller how the round went, and score the free drafters it did not pick against
+    the tokens the target emitted (full information: no extra target call)."""
+    scored = {name: (len(p.tokens), common_prefix(p.tokens, emitted))
+              for name, p in proposals.items() if name != choice.drafter}
+    controller.observe(choice=choice, drafted=drafted, accepted=accepted, emitted=len(emitted), round_s=round_s,
+                       draft_s=draft_s, free=choice.drafter in proposals, scored=scored)
 
 
 def _pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generator) -> int:

@@ -3,7 +3,7 @@
 One resolver for `run`, `serve`, `plan`, `bench` and `load_pair`, so `--pair`, `--target`,
 `--draft REF|lookup|none` and the embedded default mean the same everywhere:
 
-    nothing named              -> the embedded default pair (its target, its draft model)
+    nothing named              -> the embedded default target, its draft model and prompt lookup
     --pair NAME                -> the catalog pair's target and draft (bench: more --draft after it)
     --target only              -> the target alone (bench: prompt lookup, something to measure)
     --draft only               -> the embedded default target with that drafter
@@ -67,7 +67,7 @@ def resolve_pair_refs(
     from ggufspec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
 
     if target is None:
-        return PairRefs(target=DEFAULT_TARGET, drafts=_dedupe([DEFAULT_DRAFT] if drafts is None else drafts))
+        return PairRefs(target=DEFAULT_TARGET, drafts=_dedupe([DEFAULT_DRAFT, LOOKUP] if drafts is None else drafts))
     return PairRefs(target=str(target), drafts=_dedupe(list(target_only_drafts) if drafts is None else drafts))
 
 

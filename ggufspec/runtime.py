@@ -1,13 +1,14 @@
-"""The library API: load a target and its drafter once, then generate many times.
+"""The library API: load a target and its drafters once, then generate many times.
 
     from ggufspec import load_pair
-    with load_pair(target="embedded:smollm2:auto", draft="embedded:smollm2:Q4_1") as pair:
+    with load_pair(target="embedded:smollm2:auto", draft=["embedded:smollm2:Q4_1", "lookup"]) as pair:
         out = pair.generate(prompt="Once upon a time", max_tokens=64).run()
-        print(out.text, out.stats.gen_tps, out.stats.accept_rate)
+        print(out.text, out.stats.gen_tps, out.stats.accept_rate, out.stats.drafter_rounds)
 
-`draft` is a model reference, "lookup" (prompt lookup, no second model), "none" (the target
-alone), or None: the embedded default draft when no target is named either, else the target
-alone (ggufspec.resolve, the one resolver every command uses).
+`draft` is a model reference, "lookup" (prompt lookup, no second model), a list of them (the
+controller picks which proposes each round), "none" (the target alone), or None: the embedded
+default draft model and lookup when no target is named either, else the target alone
+(ggufspec.resolve, the one resolver every command uses).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ggufspec.chat import render_chat
+from ggufspec.control import DraftController
 from ggufspec.drafters import Drafter, LookupDrafter, ModelDrafter
 from ggufspec.engine import Generation, SpeculativeSettings, generate
 from ggufspec.errors import UserError
-from ggufspec.pacing import DraftPacer
 from ggufspec.resolve import LOOKUP, resolve_pair_refs
 from ggufspec.sampling import SamplingSettings
 from ggufspec.settings import ContextSettings, ModelSettings, PairSettings
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
     from ggufspec.plan.split import DeviceLayers
     from ggufspec.session import SessionInfo
 
-# `pair.generate(drafter=PAIR_DRAFTER)`: the drafter the pair was loaded with
-PAIR_DRAFTER: Drafter = object()  # type: ignore[assignment]
+# `pair.generate(drafters=PAIR_DRAFTERS)`: the drafters the pair was loaded with
+PAIR_DRAFTERS: Sequence[Drafter] = object()  # type: ignore[assignment]
 
 
 def resolve_path(ref: str | Path, *, offline: bool = False) -> Path:
@@ -134,8 +135,9 @@ def _device_layers(target_info: ModelInfo, target_load: ModelSettings, draft_pat
 class SpeculativePair:
     """A loaded target and its drafters (one generation at a time).
 
-    `drafter` is the pair's own (the first `--draft`); `load_drafter` adds more, owned and closed
-    with the pair; any of them, or None for the target alone, goes to `generate(drafter=...)`.
+    `drafters` are the pair's own (every `--draft`, in order); `load_drafter` loads more, owned
+    and closed with the pair; any of them, or () for the target alone, go to
+    `generate(drafters=...)`. One `controller` learns the costs for every generation.
     """
 
     target_path: Path
@@ -143,27 +145,27 @@ class SpeculativePair:
     target_ctx: Context
     target_info: ModelInfo
     settings: PairSettings = field(default_factory=PairSettings)
-    drafter: Drafter | None = None
-    draft_path: Path | None = None
+    drafters: tuple[Drafter, ...] = ()
+    draft_path: Path | None = None  # the first draft model's file (None: no draft model)
     # why greedy output may differ from the target alone on this build (None: it cannot)
     inexact_greedy: str | None = None
     # layers of the target and the pair's draft per device (llama.cpp's devices, then the CPU)
     devices: tuple[DeviceLayers, ...] = ()
     # loaded draft models: drafter -> (path, model, context), closed with the pair
     _drafters: dict[int, tuple[Drafter, Path | None, object, object]] = field(default_factory=dict, repr=False)
-    # the pacer's cost estimates per drafter, kept across generations (learned once per pair)
-    _pacers: dict[int, DraftPacer] = field(default_factory=dict, repr=False)
+    # the draft controller's estimates, kept across generations (learned once per pair)
+    controller: DraftController = field(default_factory=DraftController, repr=False)
 
-    def pacer_for(self, drafter: Drafter) -> DraftPacer:
-        return self._pacers.setdefault(id(drafter), DraftPacer())
-
-    def draft_name(self, drafter: Drafter | None = PAIR_DRAFTER) -> str:
+    def draft_name(self, drafter: Drafter | None) -> str:
         """"none", "lookup" or the draft model's path."""
-        drafter = self.drafter if drafter is PAIR_DRAFTER else drafter
         if drafter is None:
             return "none"
         entry = self._drafters.get(id(drafter))
         return str(entry[1]) if entry is not None and entry[1] is not None else LOOKUP
+
+    def draft_names(self) -> str:
+        """The pair's drafters as one line: "none", or their names joined by "+"."""
+        return "+".join(d.name for d in self.drafters) or "none"
 
     def load_drafter(self, ref: str | Path) -> Drafter:
         """Load a drafter for this target: a model reference (vocabulary checked, same context
@@ -185,7 +187,10 @@ class SpeculativePair:
         # the draft's numerics never reach the output: "auto" keeps its faster f16 cache
         ctx = Context(model, settings=self.settings.context.with_cache_type("f16"))
         ctx.warmup()
-        drafter = ModelDrafter(ctx)
+        # named by its file; a second draft of the same file gets "#2"
+        taken = {d.name for d, *_ in self._drafters.values()}
+        name = next(n for n in (path.stem, *(f"{path.stem}#{i}" for i in range(2, 100))) if n not in taken)
+        drafter = ModelDrafter(ctx, name=name)
         self._drafters[id(drafter)] = (drafter, path, model, ctx)
         return drafter
 
@@ -218,7 +223,7 @@ class SpeculativePair:
         prompt: str | None = None,
         messages: Sequence[Mapping[str, str]] | None = None,
         prompt_tokens: Sequence[int] | None = None,
-        drafter: Drafter | None = PAIR_DRAFTER,
+        drafters: Sequence[Drafter] | None = PAIR_DRAFTERS,
         max_tokens: int = 128,
         sampling: SamplingSettings = SamplingSettings(),
         speculative: SpeculativeSettings = SpeculativeSettings(),
@@ -229,8 +234,8 @@ class SpeculativePair:
 
         Args:
             prompt / messages / prompt_tokens: exactly one of them.
-            drafter: the pair's own (default), one from `load_drafter`, or None: the target
-                alone through the same loop (the baseline).
+            drafters: the pair's own (default), any from `load_drafter`, or () / None: the
+                target alone through the same loop (the baseline).
             cache_prompt: start from the longest common prefix of the prompt with what the
                 target's KV cache (and the drafter's) holds from earlier generations, and decode
                 only the rest (`stats.cached_tokens` says how many were reused); False: clear
@@ -240,16 +245,16 @@ class SpeculativePair:
         if given != 1:
             raise UserError("give exactly one of prompt, messages or prompt_tokens")
         tokens = list(prompt_tokens) if prompt_tokens is not None else self.encode(prompt=prompt, messages=messages)
-        drafter = self.drafter if drafter is PAIR_DRAFTER else drafter
+        drafters = self.drafters if drafters is PAIR_DRAFTERS else tuple(drafters or ())
         return generate(
             target=self.target_ctx,
             prompt=tokens,
-            drafter=drafter,
+            drafters=drafters,
             max_tokens=max_tokens,
             sampling=sampling,
             speculative=speculative,
             stop=stop,
-            pacer=self.pacer_for(drafter) if drafter is not None else None,
+            controller=self.controller,
             cache_prompt=cache_prompt,
         )
 
@@ -279,8 +284,7 @@ class SpeculativePair:
 
     def _all_drafters(self) -> list[Drafter]:
         drafters = [entry[0] for entry in self._drafters.values()]
-        if self.drafter is not None and all(d is not self.drafter for d in drafters):
-            drafters.append(self.drafter)
+        drafters += [d for d in self.drafters if all(d is not e for e in drafters)]
         return drafters
 
     def close(self) -> None:
@@ -302,14 +306,14 @@ class SpeculativePair:
 def load_pair(
     *,
     target: str | Path | None = None,
-    draft: str | Path | None = None,
+    draft: str | Path | Sequence[str | Path] | None = None,
     settings: PairSettings = PairSettings(),
 ) -> SpeculativePair:
-    """Resolve, check and load a target and its drafter.
+    """Resolve, check and load a target and its drafters.
 
     Args:
         target: model reference; None = the embedded default target.
-        draft: model reference, "lookup", "none", or None (see the module docstring).
+        draft: model reference, "lookup", a list of them, "none", or None (see the module docstring).
         settings: context, offload and lookup settings (the draft shares the target's context).
 
     Raises:
@@ -323,14 +327,14 @@ def load_pair(
 
     refs = resolve_pair_refs(target=target, draft=draft)
     target_path = resolve_path(refs.target, offline=settings.offline)
-    draft_path = None
-    if refs.draft is not None and refs.draft != LOOKUP:
-        draft_path = resolve_path(refs.draft, offline=settings.offline)
-    # Validate both files before loading either: clear errors for non-GGUF / truncated / vocab.
+    draft_paths = [None if ref == LOOKUP else resolve_path(ref, offline=settings.offline) for ref in refs.drafts]
+    draft_path = next((p for p in draft_paths if p is not None), None)
+    # Validate every file before loading any: clear errors for non-GGUF / truncated / vocab.
     target_info = read_model_info(target_path)
-    if draft_path is not None:
-        read_model_info(draft_path)
-        check_vocab(target_path, draft_path)
+    for path in draft_paths:
+        if path is not None:
+            read_model_info(path)
+            check_vocab(target_path, path)
 
     target_load, draft_load = _offload(target_path, draft_path, settings)
     from ggufspec.devices import offload_devices
@@ -356,9 +360,8 @@ def load_pair(
         devices=_device_layers(target_info, target_load, draft_path, draft_load, model_devices),
     )
     try:
-        if refs.draft is not None:
-            pair.drafter = pair.load_drafter(draft_path if draft_path is not None else refs.draft)
-            pair.draft_path = draft_path
+        pair.drafters = tuple(pair.load_drafter(LOOKUP if p is None else p) for p in draft_paths)
+        pair.draft_path = draft_path
     except BaseException:
         pair.close()
         raise

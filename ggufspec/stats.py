@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,7 +28,9 @@ class RunStats:
     drafted_at: tuple[int, ...]  # drafted_at[i]: rounds that drafted a token at position i
     accepted_at: tuple[int, ...]  # accepted_at[i]: rounds whose token at position i was accepted
     stop_reason: str  # "length" | "eog" | "stop" | "context" | "cancelled"
-    paused_rounds: int = 0  # rounds the pacer ran the target alone because drafting did not pay
+    paused_rounds: int = 0  # rounds the controller ran the target alone because drafting did not pay
+    k_hist: dict[int, int] = field(default_factory=dict)  # rounds per drafted length (0: the target alone)
+    drafter_rounds: dict[str, int] = field(default_factory=dict)  # rounds per chosen drafter ("none": target alone)
     cached_tokens: int = 0  # prompt tokens reused from the target's KV cache (prefix reuse)
 
     @property
@@ -70,6 +72,7 @@ class RunStats:
             mean_accepted_len=self.mean_accepted_len,
             accept_rate_by_position=list(self.accept_rate_by_position),
         )
+        d["k_hist"] = {str(k): n for k, n in self.k_hist.items()}
         d["drafted_at"] = list(self.drafted_at)
         d["accepted_at"] = list(self.accepted_at)
         return d

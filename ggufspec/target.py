@@ -1,7 +1,7 @@
 """What the draft/verify loop needs from a model: the `Target` protocol (pure).
 
 `ggufspec.llama.Context` implements it on llama.cpp; `tests/fakes.py` implements it in pure
-Python, so the loop, rollback, stop strings, pacing and every acceptance path are tested in
+Python, so the loop, rollback, stop strings, the draft controller and every acceptance path are tested in
 milliseconds without compiled llama.cpp or weights. A draft model's context is a `Target` too:
 the `ModelDrafter` drives it through the same five calls.
 

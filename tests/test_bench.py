@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import stat
@@ -206,8 +207,12 @@ def test_bench_cli_writes_json_csv_markdown_plots(
     assert isinstance(s["speedup"], float) and math.isfinite(s["speedup"]) and s["speedup"] > 0
     assert s["vs_native"] is None  # the native peer was not asked for
     assert data["machine"]["physical_cores"] >= 1 and data["machine"]["versions"]["llama_cpp"]
-    assert {c["name"] for c in s["configs"]} >= {"target alone", "tiny_draft.Q8_0 adaptive K<=3", "lookup adaptive K<=3",
-                                                  "llama-cpp-python alone", "llama-cpp-python lookup"}
+    # the default drafts with both under the controller; each also alone, always drafting, at fixed K
+    assert s["default_config"] == "tiny_draft.Q8_0+lookup K<=3"
+    assert {c["name"] for c in s["configs"]} >= {
+        "target alone", "tiny_draft.Q8_0+lookup K<=3", "tiny_draft.Q8_0 K<=3", "lookup K<=3",
+        "tiny_draft.Q8_0 K<=3 always-draft", "lookup K<=3 always-draft", "tiny_draft.Q8_0 K=1", "lookup K=2",
+        "llama-cpp-python alone", "llama-cpp-python lookup"}
     with (out / "runs.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == len(data["runs"]) and rows[0]["config"] == "target alone"
@@ -226,10 +231,13 @@ def _hand_plan():
         bench.prompts.BenchPrompt(id="p1", category="chat", messages=({"role": "user", "content": "a"},)),
         bench.prompts.BenchPrompt(id="p2", category="code", messages=({"role": "user", "content": "b"},)),
     ]
-    return bench.make_plan(
-        prompts=prompts, target="t.gguf", drafts=[bench.DraftSpec(label="d", ref="d.gguf"), bench.DraftSpec(label="lookup", ref="lookup")],
+    plan = bench.make_plan(
+        prompts=prompts, target="t.gguf", drafts=[bench.DraftSpec(label="d", ref="d.gguf")],
         k_values=(2,), default_k=4, temperature=0.0, repeats=3, native=False, llama_cpp_peer=False, sweep_all_drafts=False,
     )
+    # one draft model (the default: it alone under the controller) and lookup beside it
+    lookup = bench.configs.Config(name="lookup K<=4", draft="lookup", draft_max=4, fixed=False, group="drafts")
+    return dataclasses.replace(plan, configs=(*plan.configs, lookup))
 
 
 def _rec(cfg, prompt: str, repeat: int, tps: float, **kw):
@@ -247,7 +255,7 @@ def test_summary_medians_per_prompt_then_over_prompts() -> None:
 
     plan = _hand_plan()
     cfg = {c.name: c for c in plan.configs}
-    alone, default, lookup = cfg["target alone"], cfg[plan.default_config], cfg["lookup adaptive K<=4"]
+    alone, default, lookup = cfg["target alone"], cfg[plan.default_config], cfg["lookup K<=4"]
     # K = 3 on average (15 drafted in 5 drafting rounds), 8 kept, 2 rounds rejected
     spec = dict(drafted=15, accepted=8, rejections=2, rounds=7, drafted_at=[5, 5, 5], accepted_at=[4, 3, 1], draft_s=0.01)
     runs = [
@@ -285,7 +293,7 @@ def test_summary_medians_per_prompt_then_over_prompts() -> None:
     # token-identical share per configuration, then the median over those that recorded it
     assert d["identical"] == pytest.approx(5 / 6) and s["identical_greedy"] == pytest.approx((1.0 + 5 / 6) / 2)
     # lookup proposes in half the rounds: the other half are plain target steps
-    lk = by["lookup adaptive K<=4"]
+    lk = by["lookup K<=4"]
     assert lk["speedup"] == 1.0 and lk["draft_rounds_share"] == 0.5
     assert lk["expected_speedup"] == pytest.approx(bench.expected_speedup_partial(a=0.6, k=3, c=0.0, share=0.5))
     assert lk["expected_speedup"] == pytest.approx(0.5 * (1 + 0.6 + 0.36 + 0.216) + 0.5)

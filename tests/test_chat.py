@@ -65,7 +65,7 @@ def alone(tiny_target_q8: Path):
                      settings=PairSettings(context=ContextSettings(n_ctx=N_CTX, n_threads=1)))
 
     def reply(messages: list[dict]) -> str:
-        gen = pair.generate(messages=messages, max_tokens=N_NEW, drafter=None, cache_prompt=False).run()
+        gen = pair.generate(messages=messages, max_tokens=N_NEW, drafters=(), cache_prompt=False).run()
         return gen.text
 
     yield reply
@@ -235,7 +235,7 @@ def test_commands_parse_and_refuse_in_one_line() -> None:
 
 def test_settings_change_live_and_stay_consistent() -> None:
     s = ChatSettings()
-    assert s.speculative().length.paced and s.sampling().greedy
+    assert not s.speculative().length.fixed and not s.speculative().length.always_draft and s.sampling().greedy
     k4 = s.apply(Command("k", "4"))
     assert (k4.draft_max, k4.fixed, k4.speculative().length.fixed) == (4, True, True)
     auto = k4.apply(Command("k", "auto"))

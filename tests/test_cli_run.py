@@ -51,7 +51,7 @@ def test_streams_text_and_colours_by_provenance(tiny_target_q8: Path) -> None:
     proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", str(tiny_target_q8), "-p", "hello",
                     "-n", "16", "--threads", "1", "--ctx", "256", "-v")
     assert proc.returncode == 0, proc.stderr
-    assert "draft accepted" in proc.stdout  # the legend
+    assert f"accepted from {tiny_target_q8.stem}" in proc.stdout  # the legend names the drafter
     assert "accept rate" in proc.stderr and "100.0%" in proc.stderr
 
 
@@ -125,20 +125,39 @@ def test_unknown_command_and_help() -> None:
     assert "--draft-p-min" in help_text and "embedded default pair" in help_text
 
 
-def test_pacing_pauses_a_draft_that_does_not_pay_and_always_draft_turns_it_off(
+def test_the_controller_pauses_a_draft_that_does_not_pay_and_always_draft_turns_it_off(
     tiny_target_q8: Path, tiny_draft_q8: Path
 ) -> None:
-    # the tiny draft costs what its target does: drafting can never pay, so after one probe the
-    # pacer runs the target alone; --always-draft drafts every round. Same text either way.
+    # the tiny draft costs what its target does: drafting can never pay, so after a try the
+    # controller runs the target alone (retrying the draft every 32 rounds); --always-draft drafts
+    # every round. Same text either way.
     common = ["run", "--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "-p", "Once upon a time",
               "-n", "40", "--threads", "1", "--ctx", "256", "--json"]
     paced = json.loads(ggufspec(*common).stdout)["stats"]
     eager_proc = ggufspec(*common, "--always-draft")
     assert eager_proc.returncode == 0, eager_proc.stderr
     eager = json.loads(eager_proc.stdout)
-    assert paced["paused_rounds"] > 0 and paced["drafted"] <= 8
+    assert paced["paused_rounds"] >= paced["rounds"] // 2 and paced["k_hist"]["0"] >= paced["paused_rounds"]
     assert eager["stats"]["paused_rounds"] == 0 and eager["stats"]["drafted"] > paced["drafted"]
     assert json.loads(ggufspec(*common).stdout)["text"] == eager["text"]
+
+
+def test_several_drafts_are_named_in_stats_and_in_the_verbose_legend(
+    tiny_target_q8: Path, tiny_draft_q8: Path
+) -> None:
+    common = ["run", "--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "--draft", "lookup",
+              "-p", "one two three one two three one two", "-n", "24", "--threads", "1", "--ctx", "256"]
+    proc = ggufspec(*common, "--json", "--compare")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["draft"] == f"{tiny_draft_q8}+lookup" and out["identical"] is True
+    stats = out["stats"]
+    assert set(stats["drafter_rounds"]) <= {tiny_draft_q8.stem, "lookup", "none"}
+    assert sum(stats["drafter_rounds"].values()) == sum(stats["k_hist"].values()) == stats["rounds"]
+    assert all(k.isdigit() for k in stats["k_hist"])
+    verbose = ggufspec(*common, "-v", "--always-draft")
+    assert verbose.returncode == 0, verbose.stderr
+    assert f"accepted from {tiny_draft_q8.stem}" in verbose.stdout and "accepted from lookup" in verbose.stdout
 
 
 def test_pair_errors_name_the_fix(tmp_path: Path) -> None:

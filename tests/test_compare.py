@@ -115,8 +115,8 @@ def test_cli_compare_json_runs_n_alternated_repeats(tiny_target_q8: Path, tiny_d
         "import ggufspec.runtime as rt\n"
         "_orig = rt.SpeculativePair.generate\n"
         "def _counting(self, **kw):\n"
-        "    side = 'alone' if kw.get('drafter', 1) is None else 'speculative'\n"
-        "    paced = kw['speculative'].length.paced\n"
+        "    side = 'alone' if kw.get('drafters', 1) == () else 'speculative'\n"
+        "    paced = not kw['speculative'].length.fixed\n"
         "    sys.stderr.write(f\"GEN {side} {kw['max_tokens']} {'paced' if paced else 'fixed'}\\n\")\n"
         "    return _orig(self, **kw)\n"
         "rt.SpeculativePair.generate = _counting\n"
@@ -130,7 +130,7 @@ def test_cli_compare_json_runs_n_alternated_repeats(tiny_target_q8: Path, tiny_d
     assert [g[:2] for g in gens] == [["speculative", "16"], ["alone", "16"],
                                      ["speculative", "20"], ["alone", "20"], ["alone", "20"], ["speculative", "20"],
                                      ["speculative", "20"], ["alone", "20"]]
-    assert [g[2] for g in gens if g[0] == "speculative"] == ["fixed", "paced", "paced", "paced"]
+    assert [g[2] for g in gens if g[0] == "speculative"] == ["fixed", "paced", "paced", "paced"]  # paced: the controller
     c = out["compare"]
     assert c["repeats"] == 3 and len(c["speedups"]) == 3 and c["warmup_tokens"] == 16
     assert c["order"] == ["speculative:0", "alone:0", "alone:1", "speculative:1", "speculative:2", "alone:2"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -56,30 +57,35 @@ def default_pair():
 
 def test_greedy_identical_to_the_target_alone_on_20_prompts(default_pair) -> None:
     pair = default_pair
-    model_drafter, lookup = pair.drafter, LookupDrafter()
+    model_drafter, lookup = pair.drafters[0], LookupDrafter()
     prompts = [pair.encode(messages=[{"role": "user", "content": c}]) for c in CHAT] + [pair.encode(prompt=r) for r in RAW]
     assert len(prompts) == 20
-    reasons, accepted = set(), {"model": 0, "lookup": 0}
+    reasons, accepted, used = set(), {"model": 0, "lookup": 0}, Counter()
     for tokens in prompts:
-        base = pair.generate(prompt_tokens=tokens, max_tokens=32, drafter=None).run()
+        base = pair.generate(prompt_tokens=tokens, max_tokens=32, drafters=()).run()
         reasons.add(base.stats.stop_reason)
         for name, k, adaptive in CONFIGS:
-            out = pair.generate(prompt_tokens=tokens, max_tokens=32, drafter=model_drafter if name == "model" else lookup,
+            out = pair.generate(prompt_tokens=tokens, max_tokens=32, drafters=[model_drafter if name == "model" else lookup],
                                 speculative=SpeculativeSettings(length=DraftLengthSettings(
                                     draft_max=k, fixed=not adaptive, always_draft=True))).run()
             assert out.tokens == base.tokens, (pair.target_model.detokenize(tokens), name, k, adaptive)
             accepted[name] += out.stats.accepted
+        # the default: the pair's model and lookup, the controller choosing each round
+        both = pair.generate(prompt_tokens=tokens, max_tokens=32).run()
+        assert both.tokens == base.tokens, pair.target_model.detokenize(tokens)
+        used.update(both.stats.drafter_rounds)
     assert "eog" in reasons and "length" in reasons
     assert accepted["model"] > 0 and accepted["lookup"] > 0
+    assert used[model_drafter.name] > 0 and used["lookup"] > 0
 
 
 def test_greedy_identical_when_filling_the_context() -> None:
     with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=256))) as pair:
         tokens = pair.encode(prompt="The quick brown fox jumps over the lazy dog. " * 18)
-        base = pair.generate(prompt_tokens=tokens, max_tokens=1000, drafter=None).run()
+        base = pair.generate(prompt_tokens=tokens, max_tokens=1000, drafters=()).run()
         assert base.stats.stop_reason == "context" and len(tokens) + len(base.tokens) == 256
-        for drafter in (pair.drafter, LookupDrafter()):
-            out = pair.generate(prompt_tokens=tokens, max_tokens=1000, drafter=drafter,
+        for drafter in (pair.drafters[0], LookupDrafter()):
+            out = pair.generate(prompt_tokens=tokens, max_tokens=1000, drafters=[drafter],
                                 speculative=SpeculativeSettings(length=DraftLengthSettings(draft_max=8))).run()
             assert out.tokens == base.tokens and out.stats.stop_reason == "context"
 
@@ -90,8 +96,10 @@ def test_cli_runs_the_default_pair_with_no_model_arguments() -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["identical"] is True
-    assert f".{exact_target_quant()}." in out["target"] and out["draft"].endswith("Q4_1.gguf")
-    assert out["stats"]["drafted"] > 0  # at least the pacer's probe
+    assert f".{exact_target_quant()}." in out["target"] and out["draft"].endswith("Q4_1.gguf+lookup")
+    assert out["stats"]["drafted"] > 0  # the controller tries every drafter
+    rounds = out["stats"]["drafter_rounds"]
+    assert sum(rounds.values()) == out["stats"]["rounds"] == sum(out["stats"]["k_hist"].values())
 
 
 def test_cli_runs_a_catalog_pair_by_name() -> None:
@@ -144,8 +152,8 @@ def test_greedy_identical_past_256_tokens_of_context() -> None:
                           ["Monday", "Tuesday", "Thursday", "Friday"] * 6, ["budget", "hiring", "risk"] * 8)))
         tokens = pair.encode(messages=[{"role": "user", "content": text}])
         assert len(tokens) > 300
-        base = pair.generate(prompt_tokens=tokens, max_tokens=64, drafter=None).run()
-        for drafter in (pair.drafter, LookupDrafter()):
-            out = pair.generate(prompt_tokens=tokens, max_tokens=64, drafter=drafter, speculative=SpeculativeSettings(
+        base = pair.generate(prompt_tokens=tokens, max_tokens=64, drafters=()).run()
+        for drafter in (pair.drafters[0], LookupDrafter()):
+            out = pair.generate(prompt_tokens=tokens, max_tokens=64, drafters=[drafter], speculative=SpeculativeSettings(
                 length=DraftLengthSettings(draft_max=6, always_draft=True))).run()
             assert out.tokens == base.tokens

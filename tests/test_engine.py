@@ -74,18 +74,18 @@ def _encode(pair: SpeculativePair, kind: str, text: str) -> list[int]:
 
 
 def test_greedy_is_token_identical_to_the_target_alone(pair: SpeculativePair) -> None:
-    model_drafter = pair.drafter
+    model_drafter = pair.drafters[0]
     lookup = LookupDrafter()
     stop_reasons = Counter()
     gains = Counter()
     for kind, text in PROMPTS:
         tokens = _encode(pair, kind, text)
-        base = pair.generate(prompt_tokens=tokens, max_tokens=64, drafter=None).run()
+        base = pair.generate(prompt_tokens=tokens, max_tokens=64, drafters=()).run()
         stop_reasons[base.stats.stop_reason] += 1
         for name, k, adaptive in CONFIGS:
             spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=k, fixed=not adaptive))
             out = pair.generate(prompt_tokens=tokens, max_tokens=64, speculative=spec,
-                                drafter=model_drafter if name == "model" else lookup).run()
+                                drafters=[model_drafter if name == "model" else lookup]).run()
             assert out.tokens == base.tokens, (pair.kind, text, name, k, adaptive)
             assert out.text == base.text
             assert out.stats.stop_reason == base.stats.stop_reason
@@ -101,13 +101,13 @@ def test_greedy_is_token_identical_to_the_target_alone(pair: SpeculativePair) ->
 def test_greedy_identity_when_generation_fills_the_context(tiny_target_q8, tiny_draft_q8) -> None:
     with _open(tiny_target_q8, tiny_draft_q8, n_ctx=96) as p:
         tokens = p.encode(prompt="The quick brown fox jumps over the lazy dog. " * 4)
-        base = p.generate(prompt_tokens=tokens, max_tokens=1000, drafter=None).run()
+        base = p.generate(prompt_tokens=tokens, max_tokens=1000, drafters=()).run()
         assert base.stats.stop_reason == "context"
         assert len(tokens) + len(base.tokens) == p.target_ctx.n_ctx  # llama.cpp may round n_ctx up
         for k in (1, 4, 8):
-            for drafter in (p.drafter, LookupDrafter()):
+            for drafter in (p.drafters[0], LookupDrafter()):
                 spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=k, fixed=True))
-                out = p.generate(prompt_tokens=tokens, max_tokens=1000, speculative=spec, drafter=drafter).run()
+                out = p.generate(prompt_tokens=tokens, max_tokens=1000, speculative=spec, drafters=[drafter]).run()
                 assert out.tokens == base.tokens and out.stats.stop_reason == "context"
 
 
@@ -128,7 +128,7 @@ def test_target_as_its_own_draft_accepts_everything(tiny_target_q8) -> None:
 
 def test_max_tokens_and_stop_strings(tiny_target_q8, tiny_draft_q8) -> None:
     with _open(tiny_target_q8, tiny_draft_q8) as p:
-        full = p.generate(prompt="Once upon a time", max_tokens=40, drafter=None).run()
+        full = p.generate(prompt="Once upon a time", max_tokens=40, drafters=()).run()
         assert len(full.tokens) == 40 and full.stats.stop_reason == "length"
         short = p.generate(prompt="Once upon a time", max_tokens=7).run()
         assert short.tokens == full.tokens[:7]
@@ -171,7 +171,7 @@ def test_greedy_rule_refused_when_sampling() -> None:
 
 def test_confidence_stop_and_draft_min(tiny_target_q8, tiny_draft_q8) -> None:
     with _open(tiny_target_q8, tiny_draft_q8) as p:
-        base = p.generate(prompt="Once upon a time", max_tokens=32, drafter=None).run()
+        base = p.generate(prompt="Once upon a time", max_tokens=32, drafters=()).run()
         spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=8, draft_p_min=0.9, fixed=True))
         out = p.generate(prompt="Once upon a time", max_tokens=32, speculative=spec).run()
         assert out.tokens == base.tokens
@@ -192,7 +192,7 @@ def _token_counts(p: SpeculativePair, tokens: list[int], sampling_kw: dict, spec
         s = SamplingSettings(seed=seed, **sampling_kw)
         out = p.generate(prompt_tokens=tokens, max_tokens=n_tokens, sampling=s,
                          speculative=spec or SpeculativeSettings(),
-                         **({} if spec is not None else {"drafter": None})).run()
+                         **({} if spec is not None else {"drafters": ()})).run()
         for i, t in enumerate(out.tokens):
             counts[i][t] += 1
     return counts
@@ -276,7 +276,7 @@ def test_greedy_equals_llama_cpp_pythons_own_loop(tiny_target_q8, tiny_draft_q8)
                     ref.append(t)
                     if llama_cpp.llama_vocab_is_eog(vocab, t) or len(ref) == 40:
                         break
-                alone = p.generate(prompt_tokens=tokens, max_tokens=40, drafter=None).run()
+                alone = p.generate(prompt_tokens=tokens, max_tokens=40, drafters=()).run()
                 spec = p.generate(prompt_tokens=tokens, max_tokens=40, speculative=SpeculativeSettings(
                     length=DraftLengthSettings(draft_max=4, always_draft=True))).run()
                 assert alone.tokens == ref and spec.tokens == ref, text

@@ -2,7 +2,7 @@
 
 Greedy output is checked against an independent reference (an argmax loop written here, not
 ggufspec's loop with K = 0), so a bug in shared code cannot cancel out; sampled output against
-the exact distribution of the target alone, enumerated; pacing against a simulated clock.
+the exact distribution of the target alone, enumerated; the draft controller against a simulated clock.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from scipy import stats as sps
 from fakes import FakeClock, FakeModel, FakeVocab, greedy_reference, letters_vocab, ngram_lm
 from ggufspec import clock
 from ggufspec.acceptance import AcceptRule, Variant
-from ggufspec.drafters import Draft, DraftLength, DraftLengthSettings, LookupDrafter, ModelDrafter
+from ggufspec.drafters import Draft, DraftLengthSettings, LookupDrafter, ModelDrafter
 from ggufspec.engine import Generation, Source, SpeculativeSettings, generate
 from ggufspec.errors import UserError
-from ggufspec.pacing import DraftPacer
+from ggufspec.control import DraftController
 from ggufspec.sampling import SamplingSettings, probabilities
 
 V = 40
@@ -72,11 +72,12 @@ def test_greedy_equals_an_independent_reference(drafter_kind: str, fake_clock: F
         ref = greedy_reference(target.lm, VOCAB, prompt, max_tokens=48, n_ctx=target.n_ctx)
         for draft_max, fixed, always in configs:
             drafter = ModelDrafter(draft) if drafter_kind == "model" else LookupDrafter()
-            gen = generate(target=target, prompt=prompt, drafter=drafter, max_tokens=48,
+            gen = generate(target=target, prompt=prompt, drafters=[drafter], max_tokens=48,
                            speculative=spec(draft_max, fixed=fixed, always_draft=always)).run()
             assert gen.tokens == ref, (seed, draft_max, fixed, always)
             assert gen.text == VOCAB_text(ref)
-            check_caches(gen, target, draft if drafter_kind == "model" else None, prompt)
+            # a draft model that sat out the last rounds keeps its cache until it drafts again
+            check_caches(gen, target, draft if drafter_kind == "model" and fixed else None, prompt)
             accepted += gen.stats.accepted
     assert accepted > 100  # drafts really were accepted, the loop did not run the target alone
 
@@ -88,7 +89,7 @@ def VOCAB_text(tokens: Sequence[int]) -> str:
 def test_target_as_its_own_draft_accepts_everything() -> None:
     target, _ = pair(seed=3)
     own = FakeModel(target.lm, VOCAB)
-    gen = generate(target=target, prompt=[1, 2], drafter=ModelDrafter(own), max_tokens=41,
+    gen = generate(target=target, prompt=[1, 2], drafters=[ModelDrafter(own)], max_tokens=41,
                    speculative=spec(4, fixed=True)).run()
     assert gen.stats.accepted == gen.stats.drafted == 32 and gen.stats.rounds == 8
     # each round: 4 draft tokens then one bonus; the first token is the target's own
@@ -101,7 +102,7 @@ def test_target_as_its_own_draft_accepts_everything() -> None:
 def test_rejected_drafts_are_rolled_back_and_replaced_by_the_target() -> None:
     target, draft = pair(seed=5, noise=1.5)  # a poor draft: many rejections
     prompt = [7, 8, 9]
-    gen = generate(target=target, prompt=prompt, drafter=ModelDrafter(draft), max_tokens=60,
+    gen = generate(target=target, prompt=prompt, drafters=[ModelDrafter(draft)], max_tokens=60,
                    speculative=spec(6, fixed=True)).run()
     assert gen.tokens == greedy_reference(target.lm, VOCAB, prompt, max_tokens=60, n_ctx=256)
     assert Source.CORRECTION in gen.sources and gen.stats.accepted < gen.stats.drafted
@@ -131,7 +132,7 @@ def test_stop_strings_cut_the_text_and_never_leak_a_prefix() -> None:
     for draft_max, kind in itertools.product((1, 3, 8), ("model", "lookup", "none")):
         target = FakeModel(lm, vocab)
         drafter = {"model": ModelDrafter(FakeModel(lm, vocab)), "lookup": LookupDrafter(), "none": None}[kind]
-        gen = generate(target=target, prompt=[0], drafter=drafter, max_tokens=30, stop=["STOP"],
+        gen = generate(target=target, prompt=[0], drafters=[drafter] if drafter else [], max_tokens=30, stop=["STOP"],
                        speculative=spec(draft_max, fixed=True))
         pieces = [step.text for step in gen]
         assert gen.text == "".join(pieces) == "abcSTOdab"
@@ -153,7 +154,7 @@ def test_end_of_generation_token_stops_identically() -> None:
     lm = scripted([0, 1, 2, 3, 4, 5, 9, 6, 6], 10)
     vocab = FakeVocab([bytes([97 + i]) for i in range(10)], eog=[9])
     for draft_max in (1, 2, 8):
-        gen = generate(target=FakeModel(lm, vocab), prompt=[0], drafter=ModelDrafter(FakeModel(lm, vocab)),
+        gen = generate(target=FakeModel(lm, vocab), prompt=[0], drafters=[ModelDrafter(FakeModel(lm, vocab))],
                        max_tokens=20, speculative=spec(draft_max, fixed=True)).run()
         assert gen.tokens == [1, 2, 3, 4, 5, 9] and gen.stats.stop_reason == "eog"
 
@@ -162,7 +163,7 @@ def test_context_fills_up_identically_and_a_too_long_prompt_is_refused() -> None
     for draft_max in (1, 4, 8):
         target, draft = pair(seed=2, n_ctx=40, noise=0.3)
         prompt = [1, 2, 3, 4, 5]
-        gen = generate(target=target, prompt=prompt, drafter=ModelDrafter(draft), max_tokens=1000,
+        gen = generate(target=target, prompt=prompt, drafters=[ModelDrafter(draft)], max_tokens=1000,
                        speculative=spec(draft_max, fixed=True)).run()
         assert gen.stats.stop_reason == "context"
         assert len(prompt) + len(gen.tokens) == 40
@@ -176,32 +177,16 @@ def test_context_fills_up_identically_and_a_too_long_prompt_is_refused() -> None
 def test_a_cancelled_generation_leaves_the_next_one_exact() -> None:
     target, draft = pair(seed=4)
     drafter = ModelDrafter(draft)
-    gen = generate(target=target, prompt=[1, 2, 3], drafter=drafter, max_tokens=50)
+    gen = generate(target=target, prompt=[1, 2, 3], drafters=[drafter], max_tokens=50)
     for _ in range(7):
         next(gen)
     gen.close()
     assert gen.stats.stop_reason == "cancelled"
-    again = generate(target=target, prompt=[3, 2, 1], drafter=drafter, max_tokens=30).run()
+    again = generate(target=target, prompt=[3, 2, 1], drafters=[drafter], max_tokens=30).run()
     assert again.tokens == greedy_reference(target.lm, VOCAB, [3, 2, 1], max_tokens=30, n_ctx=256)
 
 
-# ---- the draft-length schedule -----------------------------------------------------------------
-
-
-def test_adaptive_schedule_grows_by_two_and_shrinks_by_one() -> None:
-    length = DraftLength(DraftLengthSettings(draft_max=9, draft_min=2))
-    seen = [length.current]
-    for drafted_all in (True, True, True, False, False, True, False, False, False, False, False):
-        length.update(drafted=length.current, accepted=length.current if drafted_all else 0)
-        seen.append(length.current)
-    assert seen == [4, 6, 8, 9, 8, 7, 9, 8, 7, 6, 5, 4]
-    length = DraftLength(DraftLengthSettings(draft_max=9, draft_min=2))
-    for _ in range(10):
-        length.update(drafted=length.current, accepted=0)
-    assert length.current == 2  # never below max(1, draft_min)
-    fixed = DraftLength(DraftLengthSettings(draft_max=7, fixed=True))
-    fixed.update(drafted=7, accepted=0)
-    assert fixed.current == 7
+# ---- the controller in the loop (ggufspec.control; its pure tests are in test_control.py) ------
 
 
 class ScriptedDrafter:
@@ -209,6 +194,7 @@ class ScriptedDrafter:
     the length each round asked for."""
 
     name = "scripted"
+    free = False
 
     def __init__(self, lm, wrong_at: Sequence[int | None]) -> None:
         self.lm, self.wrong_at, self.asked = lm, list(wrong_at), []
@@ -232,31 +218,99 @@ class ScriptedDrafter:
         return Draft(tuple(out), (None,) * len(out))
 
 
-def test_the_loop_follows_the_adaptive_schedule() -> None:
+def test_fixed_drafts_draft_max_every_round_and_always_draft_never_pauses() -> None:
     target, _ = pair(seed=8)
     d = ScriptedDrafter(target.lm, [None, None, None, 0, 2, None, 1])
-    generate(target=target, prompt=[1, 2], drafter=d, max_tokens=200, speculative=spec(10, always_draft=True)).run()
-    assert d.asked[:8] == [4, 6, 8, 10, 9, 8, 10, 9]
+    gen = generate(target=target, prompt=[1, 2], drafters=[d], max_tokens=200, speculative=spec(6, fixed=True)).run()
+    assert set(d.asked[:-3]) == {6} and gen.stats.paused_rounds == 0  # the last rounds: what budget is left
+    d = ScriptedDrafter(target.lm, [0] * 1000)  # always wrong at its first token: drafting never pays
+    gen = generate(target=target, prompt=[1, 2], drafters=[d], max_tokens=200, speculative=spec(6, always_draft=True)).run()
+    assert gen.stats.paused_rounds == 0
+    # the last round has no budget left to draft: the only round of the target alone
+    assert gen.stats.k_hist[0] == gen.stats.drafter_rounds["none"] == 1
+    assert gen.stats.drafter_rounds["scripted"] == gen.stats.rounds - 1
 
 
-# ---- pacing on a simulated clock ---------------------------------------------------------------
-
-
-def test_pacing_runs_the_target_alone_when_the_draft_costs_as_much(fake_clock: FakeClock) -> None:
+def test_the_controller_runs_the_target_alone_when_the_draft_costs_as_much(fake_clock: FakeClock) -> None:
     target, draft = pair(seed=1, noise=1.2, fake_clock=fake_clock, draft_cost=0.010)  # c = 1, a ~ 0.3
     target.t_row = 0.008  # compute-bound: a verify costs what its rows do
-    pacer = DraftPacer()
-    gen = generate(target=target, prompt=[1, 2], drafter=ModelDrafter(draft), max_tokens=200, pacer=pacer).run()
+    controller = DraftController()
+    gen = generate(target=target, prompt=[1, 2], drafters=[ModelDrafter(draft)], max_tokens=300,
+                   controller=controller).run()
     assert gen.stats.paused_rounds > 0.8 * gen.stats.rounds
-    assert gen.tokens == greedy_reference(target.lm, VOCAB, [1, 2], max_tokens=200, n_ctx=256)
+    # the losing draft is still tried again: at least once every retry + 2 rounds
+    assert gen.stats.drafter_rounds["model"] >= gen.stats.rounds // (controller.settings.retry + 2)
+    assert gen.tokens == greedy_reference(target.lm, VOCAB, [1, 2], max_tokens=300, n_ctx=256)
 
 
-def test_pacing_keeps_drafting_when_it_pays(fake_clock: FakeClock) -> None:
+def test_the_controller_keeps_drafting_when_it_pays(fake_clock: FakeClock) -> None:
     target, draft = pair(seed=1, noise=0.05, fake_clock=fake_clock, draft_cost=0.001)  # c = 0.1, a high
-    gen = generate(target=target, prompt=[1, 2], drafter=ModelDrafter(draft), max_tokens=200).run()
-    assert gen.stats.paused_rounds <= 2  # the calibration round only
+    gen = generate(target=target, prompt=[1, 2], drafters=[ModelDrafter(draft)], max_tokens=200).run()
+    assert gen.stats.paused_rounds <= 1 + gen.stats.rounds // 32  # calibration, then the retries
     assert gen.stats.accepted > 0.7 * gen.stats.drafted
     assert gen.stats.generated_tokens / gen.stats.gen_s > 1.5 / target.t_1  # faster than the target alone
+
+
+def test_the_pair_controller_keeps_its_estimates_across_generations(fake_clock: FakeClock) -> None:
+    target, draft = pair(seed=1, noise=1.2, fake_clock=fake_clock, draft_cost=0.010)
+    target.t_row = 0.008
+    controller = DraftController()
+    drafter = ModelDrafter(draft)
+    generate(target=target, prompt=[1, 2], drafters=[drafter], max_tokens=200, controller=controller).run()
+    again = generate(target=target, prompt=[2, 1], drafters=[drafter], max_tokens=60, controller=controller).run()
+    # no calibration and no probing from scratch: the second generation pauses from its first round
+    assert again.stats.paused_rounds >= again.stats.rounds - 2
+
+
+# ---- several drafters --------------------------------------------------------------------------
+
+
+def test_several_drafters_greedy_equals_an_independent_reference(fake_clock: FakeClock) -> None:
+    used: Counter = Counter()
+    for seed in range(10):
+        target, draft = pair(seed=seed, fake_clock=fake_clock, order=1 + seed % 2)
+        prompt = [seed % V, (3 * seed + 1) % V, 5, seed % V, (3 * seed + 1) % V]
+        ref = greedy_reference(target.lm, VOCAB, prompt, max_tokens=64, n_ctx=target.n_ctx)
+        controller = DraftController()
+        for draft_max, fixed, always in itertools.product((1, 3, 8), (True, False), (True, False)):
+            drafters = [ModelDrafter(draft), LookupDrafter()] if seed % 3 else [LookupDrafter(), ModelDrafter(draft)]
+            gen = generate(target=target, prompt=prompt, drafters=drafters, max_tokens=64, controller=controller,
+                           speculative=spec(draft_max, fixed=fixed, always_draft=always)).run()
+            assert gen.tokens == ref, (seed, draft_max, fixed, always)
+            check_caches(gen, target, draft if fixed and drafters[0].name == "model" else None, prompt)
+            s = gen.stats
+            assert sum(s.k_hist.values()) == sum(s.drafter_rounds.values()) == s.rounds
+            assert sum(k * n for k, n in s.k_hist.items()) == s.drafted
+            used.update({k: v for k, v in s.drafter_rounds.items()})
+    assert used["model"] > 100 and used["lookup"] > 100  # both drafters really proposed
+
+
+def test_steps_name_the_drafter_that_proposed_them(fake_clock: FakeClock) -> None:
+    target, draft = pair(seed=3, fake_clock=fake_clock, noise=0.3)
+    gen = generate(target=target, prompt=[1, 2, 1, 2], drafters=[ModelDrafter(draft), LookupDrafter()], max_tokens=120,
+                   speculative=spec(6, always_draft=True))
+    steps = list(gen)
+    assert {s.drafter for s in steps if s.source is Source.DRAFT} <= {"model", "lookup"}
+    assert all(s.drafter is None for s in steps if s.source is not Source.DRAFT)
+    per = Counter(s.drafter for s in steps if s.source is Source.DRAFT)
+    assert sum(per.values()) == gen.stats.accepted and per["model"] > 0
+
+
+def test_lookup_in_the_mix_beats_a_draft_model_that_does_not_pay(fake_clock: FakeClock) -> None:
+    # a draft model as slow as the target (drafting with it loses) and prompt lookup on text that
+    # repeats (an order-1 target cycles): the controller drafts with lookup where it matches
+    def run(drafters) -> tuple[float, Generation]:
+        target, draft = pair(seed=5, fake_clock=fake_clock, draft_cost=0.010, order=1, noise=0.8)
+        target.t_row = 0.004
+        ds = [ModelDrafter(draft) if d == "model" else LookupDrafter() for d in drafters]
+        gen = generate(target=target, prompt=[1, 2, 3], drafters=ds, max_tokens=200).run()
+        return gen.stats.generated_tokens / gen.stats.gen_s, gen
+
+    alone, _ = run([])
+    model, _ = run(["model"])
+    both, gen = run(["model", "lookup"])
+    assert gen.stats.drafter_rounds["lookup"] > 0.3 * gen.stats.rounds
+    assert both > 1.2 * max(alone, model)
 
 
 # ---- sampling: the target's distribution, exactly -----------------------------------------------
@@ -290,7 +344,7 @@ def test_sampled_sequences_follow_the_target_alone(rule: AcceptRule, variant: Va
     target, draft = FakeModel(t_lm, vocab), FakeModel(d_lm, vocab)
     drafter = ModelDrafter(draft)
     for seed in range(runs):
-        gen = generate(target=target, prompt=[1, 2], drafter=drafter, max_tokens=n_tokens,
+        gen = generate(target=target, prompt=[1, 2], drafters=[drafter], max_tokens=n_tokens,
                        sampling=SamplingSettings(seed=seed, **sampling_kw),
                        speculative=spec(2, fixed=True, accept=rule, variant=variant)).run()
         counts[tuple(gen.tokens)] += 1
@@ -304,12 +358,57 @@ def test_sampled_sequences_follow_the_target_alone(rule: AcceptRule, variant: Va
     assert sps.chisquare(f_obs, f_exp).pvalue > 1e-3
 
 
-def test_seeded_sampled_runs_are_reproducible() -> None:
-    target, draft = pair(seed=6)
-    drafter = ModelDrafter(draft)
-    runs = [generate(target=target, prompt=[1, 2], drafter=drafter, max_tokens=40,
-                     sampling=SamplingSettings(temperature=0.8, seed=123)).run().tokens for _ in range(2)]
-    assert runs[0] == runs[1]
+@pytest.mark.parametrize("timed", [False, True], ids=["seeded-counted", "unseeded-timed"])
+def test_several_drafters_keep_the_target_distribution(
+    timed: bool, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the controller picks model, lookup or none each round from past rounds only (timed: from a
+    # simulated clock whose costs change run to run), so the output is still the target's
+    n_vocab, n_tokens, runs = 3, 5, 4000
+    vocab = FakeVocab([bytes([97 + i]) for i in range(n_vocab)])
+    t_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0)
+    d_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0, noise=1.0)
+    prompt = [1, 2, 0, 1, 2]  # lookup proposes 0, 1, 2 after the prompt's last 2
+    sampling_kw = {"temperature": 0.8, "top_p": 0.95}
+    exact = _target_alone_distribution(t_lm, prompt, n_tokens, SamplingSettings(**sampling_kw))
+    counts: Counter = Counter()
+    target = FakeModel(t_lm, vocab, clock=fake_clock)
+    drafters = [ModelDrafter(FakeModel(d_lm, vocab, clock=fake_clock, t_1=0.004)), LookupDrafter()]
+    controller = DraftController()
+    seeds = iter(range(runs))
+    if timed:  # seed None (the timed controller), the test's own seeds underneath
+        monkeypatch.setattr(SamplingSettings, "rng", lambda self: np.random.default_rng(next(seeds)))
+    used: Counter = Counter()
+    for i in range(runs):
+        target.t_row = 0.001 * (i % 7)
+        sampling = SamplingSettings(seed=None if timed else i, **sampling_kw)
+        gen = generate(target=target, prompt=prompt, drafters=drafters, max_tokens=n_tokens, sampling=sampling,
+                       controller=controller, speculative=spec(2)).run()
+        counts[tuple(gen.tokens)] += 1
+        used.update(gen.stats.drafter_rounds)
+    assert len(used) == 3  # model, lookup and the target alone all ran
+    keys = sorted(exact, key=lambda k: -exact[k])
+    expected = np.array([exact[k] * runs for k in keys])
+    observed = np.array([counts[k] for k in keys], dtype=float)
+    big = expected >= 5
+    f_obs = np.append(observed[big], observed[~big].sum())
+    f_exp = np.append(expected[big], expected[~big].sum())
+    assert sum(counts.values()) == runs and set(counts) <= set(exact)
+    assert sps.chisquare(f_obs, f_exp).pvalue > 1e-3
+
+
+def test_seeded_sampled_runs_are_reproducible(fake_clock: FakeClock) -> None:
+    target, draft = pair(seed=6, fake_clock=fake_clock, order=1)
+    controller = DraftController()  # a pair's, learning between the runs: a seeded run ignores it
+    for drafters in ([ModelDrafter(draft)], [ModelDrafter(draft), LookupDrafter()]):
+        runs = []
+        for i in range(3):
+            target.t_1 = 0.010 * (1 + i)  # other timings each run: a seeded run must not see them
+            gen = generate(target=target, prompt=[1, 2], drafters=drafters, max_tokens=60, controller=controller,
+                           sampling=SamplingSettings(temperature=0.8, seed=123)).run()
+            runs.append((gen.tokens, gen.stats.k_hist, gen.stats.drafter_rounds))
+        assert runs[0] == runs[1] == runs[2]
+    assert runs[0][2].get("lookup", 0) > 0
 
 
 def test_sampled_draft_rows_are_shaped_like_the_target_rows() -> None:

@@ -11,7 +11,7 @@ from ggufspec.resolve import LOOKUP, PairRefs, resolve_pair_refs
 
 
 def test_nothing_named_is_the_embedded_default_pair() -> None:
-    assert resolve_pair_refs() == PairRefs(target=DEFAULT_TARGET, drafts=(DEFAULT_DRAFT,))
+    assert resolve_pair_refs() == PairRefs(target=DEFAULT_TARGET, drafts=(DEFAULT_DRAFT, LOOKUP))  # model and lookup
 
 
 def test_a_target_alone_and_none() -> None:

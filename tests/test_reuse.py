@@ -23,6 +23,11 @@ VOCAB = letters_vocab(V)
 ORDER = 64  # logits depend on the whole prefix (prompts here stay shorter)
 
 
+def _ds(drafter):
+    """One drafter, or None for the target alone, as generate(drafters=) takes it."""
+    return () if drafter is None else (drafter,)
+
+
 @pytest.fixture(autouse=True)
 def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     c = FakeClock()
@@ -77,7 +82,7 @@ def test_three_turns_reuse_the_prefix_and_decode_only_the_suffix(kind: str) -> N
         draft.decodes.clear()
         cached_before = common_prefix(target.kv, prompt)
         draft_before = common_prefix(draft.kv, prompt[:-1])
-        gen = generate(target=target, prompt=prompt, drafter=drafter, max_tokens=12, speculative=spec()).run()
+        gen = generate(target=target, prompt=prompt, drafters=_ds(drafter), max_tokens=12, speculative=spec()).run()
         assert gen.tokens == fresh(target, prompt, max_tokens=12).tokens
         assert gen.tokens == greedy_reference(target.lm, VOCAB, prompt, max_tokens=12, n_ctx=256)
         # all of the last turn but its last emitted token (never decoded: a generation ends on it)
@@ -96,9 +101,9 @@ def test_three_turns_reuse_the_prefix_and_decode_only_the_suffix(kind: str) -> N
 def test_the_same_prompt_twice_redecodes_only_its_last_token() -> None:
     target, draft = models(seed=2)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
-    first = generate(target=target, prompt=prompt, drafter=ModelDrafter(draft), max_tokens=10).run()
+    first = generate(target=target, prompt=prompt, drafters=(ModelDrafter(draft),), max_tokens=10).run()
     target.decodes.clear()
-    again = generate(target=target, prompt=prompt, drafter=ModelDrafter(draft), max_tokens=10).run()
+    again = generate(target=target, prompt=prompt, drafters=(ModelDrafter(draft),), max_tokens=10).run()
     assert again.tokens == first.tokens
     assert again.stats.cached_tokens == len(prompt) - 1 and target.decodes[0] == (1, "last")
 
@@ -107,10 +112,10 @@ def test_cache_prompt_false_clears_both_caches_and_decodes_everything() -> None:
     target, draft = models(seed=3)
     drafter = ModelDrafter(draft)
     prompt = [5, 4, 3, 2, 1]
-    generate(target=target, prompt=prompt, drafter=drafter, max_tokens=8).run()
+    generate(target=target, prompt=prompt, drafters=_ds(drafter), max_tokens=8).run()
     target.decodes.clear()
     draft.decodes.clear()
-    gen = generate(target=target, prompt=prompt, drafter=drafter, max_tokens=8, cache_prompt=False).run()
+    gen = generate(target=target, prompt=prompt, drafters=_ds(drafter), max_tokens=8, cache_prompt=False).run()
     assert gen.stats.cached_tokens == 0
     assert target.decodes[0] == (len(prompt), "last") and draft.decodes[0] == (len(prompt) - 1, "none")
 
@@ -119,12 +124,12 @@ def test_reuse_after_rollback_of_rejected_drafts() -> None:
     target, draft = models(seed=5, noise=2.0)  # a poor draft: rejections in most rounds
     drafter = ModelDrafter(draft)
     prompt = [7, 8, 9]
-    first = generate(target=target, prompt=prompt, drafter=drafter, max_tokens=40, speculative=spec(6)).run()
+    first = generate(target=target, prompt=prompt, drafters=_ds(drafter), max_tokens=40, speculative=spec(6)).run()
     assert first.stats.accepted < first.stats.drafted
     history = [*prompt, *first.tokens]
     consistent(target, draft, history, draft_max=6)
     nxt = turn(history, [1, 2])
-    gen = generate(target=target, prompt=nxt, drafter=drafter, max_tokens=30, speculative=spec(6)).run()
+    gen = generate(target=target, prompt=nxt, drafters=_ds(drafter), max_tokens=30, speculative=spec(6)).run()
     assert gen.stats.cached_tokens == len(history) - 1  # all but the last emitted token (never decoded)
     assert gen.tokens == fresh(target, nxt, max_tokens=30).tokens
 
@@ -134,7 +139,7 @@ def test_reuse_after_a_cancelled_generation(steps: int) -> None:
     target, draft = models(seed=4)
     drafter = ModelDrafter(draft)
     prompt = [1, 2, 3]
-    gen = generate(target=target, prompt=prompt, drafter=drafter, max_tokens=50, speculative=spec(4))
+    gen = generate(target=target, prompt=prompt, drafters=_ds(drafter), max_tokens=50, speculative=spec(4))
     for _ in range(steps):
         next(gen)
     gen.close()
@@ -144,7 +149,7 @@ def test_reuse_after_a_cancelled_generation(steps: int) -> None:
     consistent(target, draft, [*prompt, *full])
     nxt = turn([*prompt, *gen.tokens], [11])
     cached = common_prefix(target.kv, nxt)
-    again = generate(target=target, prompt=nxt, drafter=drafter, max_tokens=20).run()
+    again = generate(target=target, prompt=nxt, drafters=_ds(drafter), max_tokens=20).run()
     assert again.stats.cached_tokens == min(cached, len(nxt) - 1) >= len(prompt)
     assert again.tokens == fresh(target, nxt, max_tokens=20).tokens
 
@@ -157,14 +162,14 @@ def test_reuse_after_a_stop_string() -> None:
     prompt = [0, 1, 2]
     probe = fresh(target, prompt, max_tokens=30).tokens
     stop = "".join(chr(97 + t) for t in probe[10:12])  # two tokens of the text: a stop string
-    gen = generate(target=target, prompt=prompt, drafter=drafter, max_tokens=30, stop=[stop],
+    gen = generate(target=target, prompt=prompt, drafters=_ds(drafter), max_tokens=30, stop=[stop],
                    speculative=spec(8)).run()
     assert gen.stats.stop_reason == "stop" and stop not in gen.text
     # the caller goes on with the text before the stop, as a chat history would
     kept = gen.tokens[: len(gen.tokens) - 2]
     nxt = turn([*prompt, *kept], [5, 6])
     consistent(target, drafter.ctx, [*prompt, *probe], draft_max=8)  # type: ignore[arg-type]
-    again = generate(target=target, prompt=nxt, drafter=drafter, max_tokens=20).run()
+    again = generate(target=target, prompt=nxt, drafters=_ds(drafter), max_tokens=20).run()
     assert again.stats.cached_tokens == len(prompt) + len(kept)
     assert again.tokens == fresh(target, nxt, max_tokens=20).tokens
 
@@ -173,14 +178,14 @@ def test_reuse_after_the_context_filled_up_and_a_refused_prompt_keeps_the_cache(
     target, draft = models(seed=7, n_ctx=40, noise=0.3)
     drafter = ModelDrafter(draft)
     prompt = [1, 2, 3, 4, 5]
-    gen = generate(target=target, prompt=prompt, drafter=drafter, max_tokens=1000, speculative=spec(8)).run()
+    gen = generate(target=target, prompt=prompt, drafters=_ds(drafter), max_tokens=1000, speculative=spec(8)).run()
     assert gen.stats.stop_reason == "context" and len(target.kv) == 39
     held = list(target.kv)
     with pytest.raises(UserError, match="context holds 40"):
-        generate(target=target, prompt=[*prompt, *gen.tokens, 3], drafter=drafter)
+        generate(target=target, prompt=[*prompt, *gen.tokens, 3], drafters=_ds(drafter))
     assert target.kv == held  # refused before touching any cache
     nxt = [*prompt, *gen.tokens[:20], 9]  # a shorter conversation sharing the start
-    again = generate(target=target, prompt=nxt, drafter=drafter, max_tokens=100, speculative=spec(8)).run()
+    again = generate(target=target, prompt=nxt, drafters=_ds(drafter), max_tokens=100, speculative=spec(8)).run()
     assert again.stats.cached_tokens == len(nxt) - 1
     assert again.tokens == fresh(target, nxt, max_tokens=100).tokens
     assert again.stats.stop_reason == "context"
@@ -220,7 +225,7 @@ def test_reuse_after_an_error_mid_generation(where: str, at: int) -> None:
         victim.fail_decode_at = at + 1
     drafter = ModelDrafter(draft)
     prompt = [4, 5, 6, 7]
-    gen = generate(target=target, prompt=prompt, drafter=drafter, max_tokens=40, speculative=spec(4))
+    gen = generate(target=target, prompt=prompt, drafters=_ds(drafter), max_tokens=40, speculative=spec(4))
     with pytest.raises(RuntimeError):
         for _ in gen:
             pass
@@ -231,7 +236,7 @@ def test_reuse_after_an_error_mid_generation(where: str, at: int) -> None:
     assert len(held) - common_prefix(held, history) <= (4 if where == "target logits" else 0)
     assert common_prefix(held, history) >= len(prompt) - 1
     nxt = turn(history, [1])
-    again = generate(target=target, prompt=nxt, drafter=drafter, max_tokens=20).run()
+    again = generate(target=target, prompt=nxt, drafters=_ds(drafter), max_tokens=20).run()
     assert again.stats.cached_tokens == min(common_prefix(held, nxt), len(nxt) - 1)
     assert again.tokens == fresh(target, nxt, max_tokens=20).tokens
     consistent(target, draft, [*nxt, *fresh(target, nxt, max_tokens=40).tokens])

@@ -13,7 +13,7 @@ import pytest
 
 from ggufspec.drafters import DraftLengthSettings, LookupDrafter
 from ggufspec.engine import SpeculativeSettings
-from ggufspec.runtime import PAIR_DRAFTER, SpeculativePair, load_pair
+from ggufspec.runtime import PAIR_DRAFTERS, SpeculativePair, load_pair
 from ggufspec.settings import ContextSettings, PairSettings
 
 QUESTIONS = [
@@ -29,14 +29,14 @@ def _open(target: Path, draft: Path | str | None, n_ctx: int = 512) -> Speculati
                      settings=PairSettings(context=ContextSettings(n_ctx=n_ctx, n_threads=1)))
 
 
-def conversation(pair: SpeculativePair, *, cache_prompt: bool, max_tokens: int = 24, drafter=PAIR_DRAFTER) -> list:
+def conversation(pair: SpeculativePair, *, cache_prompt: bool, max_tokens: int = 24, drafters=PAIR_DRAFTERS) -> list:
     """Three chat turns; each turn's prompt is the whole conversation so far."""
     messages: list[dict] = []
     outs = []
     for q in QUESTIONS:
         messages.append({"role": "user", "content": q})
         gen = pair.generate(messages=messages, max_tokens=max_tokens, speculative=SPEC, cache_prompt=cache_prompt,
-                            drafter=drafter)
+                            drafters=drafters)
         gen.run()
         outs.append(gen)
         messages.append({"role": "assistant", "content": gen.text})
@@ -48,7 +48,7 @@ def test_a_three_turn_conversation_reuses_its_prefix_and_matches_a_cold_one(tiny
                                                                              draft: str) -> None:
     with _open(tiny_target_q8, tiny_draft_q8 if draft == "model" else draft) as pair:
         warm = conversation(pair, cache_prompt=True)
-        cold = conversation(pair, cache_prompt=False, drafter=None)  # the target alone, cold
+        cold = conversation(pair, cache_prompt=False, drafters=())  # the target alone, cold
     assert [g.tokens for g in warm] == [g.tokens for g in cold]
     assert [g.stats.cached_tokens for g in cold] == [0, 0, 0]
     assert warm[0].stats.cached_tokens == 0
@@ -82,10 +82,10 @@ def test_reuse_after_a_cancelled_generation_and_a_stop_string(tiny_target_q8, ti
 def test_reset_clears_the_target_and_every_drafter(tiny_target_q8, tiny_draft_q8) -> None:
     with _open(tiny_target_q8, tiny_draft_q8) as pair:
         pair.generate(prompt="Hello there", max_tokens=8, speculative=SPEC).run()
-        assert pair.target_ctx.tokens and pair.drafter.ctx.tokens  # type: ignore[union-attr]
+        assert pair.target_ctx.tokens and pair.drafters[0].ctx.tokens  # type: ignore[union-attr]
         pair.reset()
         assert pair.target_ctx.tokens == () and pair.target_ctx.n_past == 0
-        assert pair.drafter.ctx.tokens == ()  # type: ignore[union-attr]
+        assert pair.drafters[0].ctx.tokens == ()  # type: ignore[union-attr]
         again = pair.generate(prompt="Hello there", max_tokens=8).run()
         assert again.stats.cached_tokens == 0
 
@@ -148,9 +148,9 @@ def test_default_pair_three_turn_conversation_reuses_and_matches_a_fresh_pair() 
     settings = PairSettings(context=ContextSettings(n_ctx=1024))
     with load_pair(settings=settings) as pair:
         warm = conversation(pair, cache_prompt=True, max_tokens=48)
-        looked = conversation(pair, cache_prompt=True, max_tokens=48, drafter=LookupDrafter())
+        looked = conversation(pair, cache_prompt=True, max_tokens=48, drafters=(LookupDrafter(),))
     with load_pair(settings=settings) as fresh:
-        cold = conversation(fresh, cache_prompt=False, max_tokens=48, drafter=None)
+        cold = conversation(fresh, cache_prompt=False, max_tokens=48, drafters=())
     assert [g.tokens for g in warm] == [g.tokens for g in cold] == [g.tokens for g in looked]
     assert all(g.stats.cached_tokens >= p.stats.prompt_tokens for p, g in zip(warm, warm[1:]))
     # the lookup run started on the caches the first conversation left: turn 1 reused its prompt

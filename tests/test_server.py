@@ -65,8 +65,8 @@ def _start(target: Path, draft: Path, log: Path) -> Server:
         [sys.executable, "-m", "ggufspec.cli", "serve", "--target", str(target), "--draft", str(draft),
          "--host", "127.0.0.1", "--port", "0", "--threads", "1", "--ctx", str(N_CTX), "--queue", "1",
          "--api-key", API_KEY, "--log-level", "warning",
-         # the tiny pair's draft costs what its target does, so the pacer would pause drafting;
-         # these tests check the draft path itself (one test below turns pacing back on)
+         # the tiny pair's draft costs what its target does, so the controller would run the target
+         # alone; these tests check the draft path itself (one test below lets the controller choose)
          "--always-draft"],
         stdout=out, stderr=subprocess.STDOUT,
     )
@@ -118,7 +118,7 @@ def reference(tiny_target_q8: Path):
 
     def run(*, prompt=None, messages=None, max_tokens: int, stop=()):
         tokens = pair.encode(prompt=prompt, messages=messages)
-        gen = pair.generate(prompt_tokens=tokens, max_tokens=max_tokens, stop=list(stop), drafter=None).run()
+        gen = pair.generate(prompt_tokens=tokens, max_tokens=max_tokens, stop=list(stop), drafters=()).run()
         return gen.text, gen.stats
 
     yield run
@@ -193,9 +193,9 @@ def test_completion_greedy_equals_target_alone(client, reference, prompt: str) -
     assert set(spec) >= {"accept_rate", "mean_accepted_len", "gen_tps"}
 
 
-def test_paced_request_pauses_a_draft_that_does_not_pay(client, reference) -> None:
-    # always_draft false: the pacer measures the tiny draft (as slow as its target) and stops
-    # drafting after a probe; the output is still the target's own
+def test_controlled_request_pauses_a_draft_that_does_not_pay(client, reference) -> None:
+    # always_draft false: the controller measures the tiny draft (as slow as its target) and runs
+    # the target alone but for a few short tries; the output is still the target's own
     want, _ = reference(prompt=PROMPTS[0], max_tokens=48)
     resp = client.completions.create(
         model="any", prompt=PROMPTS[0], max_tokens=48, temperature=0, extra_body={"always_draft": False}
@@ -203,7 +203,7 @@ def test_paced_request_pauses_a_draft_that_does_not_pay(client, reference) -> No
     assert resp.choices[0].text == want
     spec = resp.model_extra["speculative"]
     assert spec["paused_rounds"] > 0
-    assert spec["drafted"] <= 3 * 4  # at most a few short probes
+    assert spec["drafted"] <= 3 * 4  # at most a few short tries
 
 
 def test_completion_stream_equals_target_alone(client, reference) -> None:

@@ -57,7 +57,7 @@ def alone(tiny_target_q8: Path):
 
     def run(messages: list[dict]) -> str:
         tokens = pair.encode(messages=messages)
-        return pair.generate(prompt_tokens=tokens, max_tokens=N_NEW, drafter=None, cache_prompt=False).run().text
+        return pair.generate(prompt_tokens=tokens, max_tokens=N_NEW, drafters=(), cache_prompt=False).run().text
 
     yield run
     pair.close()

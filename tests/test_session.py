@@ -42,7 +42,7 @@ def saved(tiny_target_q8, tiny_draft_q8, tmp_path_factory) -> dict:
         first = pair.generate(messages=TURN1, max_tokens=24, speculative=SPEC).run()
         pair.save_session(path, meta={"messages": TURN1, "reply": first.text})
         saved_tokens = pair.target_ctx.tokens
-        draft_tokens = pair.drafter.ctx.tokens  # type: ignore[union-attr]
+        draft_tokens = pair.drafters[0].ctx.tokens  # type: ignore[union-attr]
         prompt2 = pair.encode(messages=turn2(first.text))
         second = pair.generate(prompt_tokens=prompt2, max_tokens=24, speculative=SPEC).run()
     return dict(path=path, text=first.text, prompt1=first.stats.prompt_tokens, tokens=saved_tokens, draft_tokens=draft_tokens, prompt2=prompt2,
@@ -56,7 +56,7 @@ from ggufspec import load_pair, PairSettings, ContextSettings, SpeculativeSettin
 settings = PairSettings(context=ContextSettings(n_ctx=512, n_threads=1))
 with load_pair(target={str(saved['target'])!r}, draft={str(saved['draft'])!r}, settings=settings) as pair:
     info = pair.load_session({str(saved['path'])!r})
-    draft_tokens = list(pair.drafter.ctx.tokens)
+    draft_tokens = list(pair.drafters[0].ctx.tokens)
     spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=4, always_draft=True))
     gen = pair.generate(prompt_tokens={saved['prompt2']!r}, max_tokens=24, speculative=spec).run()
     print(json.dumps(dict(info_tokens=list(info.tokens), meta=info.meta, tokens=gen.tokens,
@@ -79,7 +79,7 @@ def test_load_session_returns_the_tokens_and_keeps_a_lookup_pair_working(saved) 
         info = pair.load_session(saved["path"])
         assert isinstance(info, SessionInfo) and info.tokens == saved["tokens"]
         assert pair.target_ctx.tokens == saved["tokens"]
-        gen = pair.generate(prompt_tokens=saved["prompt2"], max_tokens=24, drafter=None).run()
+        gen = pair.generate(prompt_tokens=saved["prompt2"], max_tokens=24, drafters=()).run()
     assert gen.tokens == saved["second"]
 
 

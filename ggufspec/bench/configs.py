@@ -28,15 +28,16 @@ class Config:
     """One thing measured on every prompt.
 
     engine: "ggufspec" (ours), "native" (llama-speculative-simple), "llama-cpp-python",
-    "transformers". draft == "none" is the target alone.
+    "transformers". draft == "none" is the target alone; labels joined by "+" ("Q4_1+lookup")
+    are several drafters under the controller (ggufspec.control).
     """
 
     name: str
     engine: str = "ggufspec"
     draft: str = BASELINE
-    draft_max: int = 0  # --draft-max (fixed: every round; adaptive: the cap)
-    fixed: bool = True  # --fixed; False: the adaptive schedule
-    always_draft: bool = False  # --always-draft: adaptive without pausing (ggufspec.pacing)
+    draft_max: int = 0  # --draft-max (fixed: every round; controlled: the largest K)
+    fixed: bool = True  # --fixed; False: the controller chooses drafter and K each round
+    always_draft: bool = False  # --always-draft: the controller never runs the target alone
     accept: str = "greedy"  # greedy | rejection | match
     temperature: float = 0.0
     group: str = "baseline"  # baseline | k-sweep | default | drafts | sampling | peer
@@ -98,10 +99,12 @@ def make_plan(
     Args:
         prompts: the prompts (see `load_prompts`).
         target: target reference; None = the embedded default target.
-        drafts: drafters; the first is the default. None = the embedded default draft and lookup.
-        k_values: the K sweep (fixed draft length) run with the default draft, and with every
+        drafts: drafters. None = the embedded default draft and lookup. The default configuration
+            drafts with all of them under the controller; each is also run alone (controlled,
+            always-draft) and at fixed K.
+        k_values: the K sweep (fixed draft length) run with the first draft, and with every
             draft when `sweep_all_drafts`.
-        default_k: draft_max of the default (adaptive) configuration.
+        default_k: draft_max of the controlled configurations.
         temperature: the sampling sweep's temperature (rejection vs match); 0 skips it.
         native: the directory of llama.cpp's native binaries, True to look in the cache,
             False/None to skip the native peers.
@@ -135,18 +138,18 @@ def make_plan(
         raise UserError(f"two drafts share a label: {labels}; name them apart")
     k_values = tuple(sorted(set(int(k) for k in k_values)))
     default = drafts[0]
+    together = "+".join(labels)  # the default configuration: every drafter, the controller choosing
 
     configs: list[Config] = [Config(name="target alone", group="baseline")]
-    default_name = f"{default.label} adaptive K<={default_k}"
-    configs.append(Config(name=default_name, draft=default.label, draft_max=default_k, fixed=False, group="default"))
-    if default.ref != LOOKUP:
-        configs.append(Config(
-            name=f"{default.label} adaptive K<={default_k} always-draft", draft=default.label, draft_max=default_k,
-            fixed=False, always_draft=True, group="drafts",
-        ))
+    default_name = f"{together} K<={default_k}"
+    configs.append(Config(name=default_name, draft=together, draft_max=default_k, fixed=False, group="default"))
     for d in drafts:
-        if d is not default and fixed_vs_adaptive:
-            configs.append(Config(name=f"{d.label} adaptive K<={default_k}", draft=d.label, draft_max=default_k, fixed=False, group="drafts"))
+        if fixed_vs_adaptive:
+            if len(drafts) > 1:  # this drafter alone under the controller ("lookup K<=8": lookup alone)
+                configs.append(Config(name=f"{d.label} K<={default_k}", draft=d.label, draft_max=default_k,
+                                      fixed=False, group="drafts"))
+            configs.append(Config(name=f"{d.label} K<={default_k} always-draft", draft=d.label, draft_max=default_k,
+                                  fixed=False, always_draft=True, group="drafts"))
         if d is default or sweep_all_drafts:
             for k in k_values:
                 configs.append(Config(name=f"{d.label} K={k}", draft=d.label, draft_max=k, group="k-sweep"))
@@ -154,7 +157,7 @@ def make_plan(
         configs.append(Config(name=f"target alone T={temperature:g}", temperature=temperature, group="baseline"))
         for rule in ("rejection", "match"):
             configs.append(Config(
-                name=f"{default.label} {rule} T={temperature:g}", draft=default.label, draft_max=default_k,
+                name=f"{together} {rule} T={temperature:g}", draft=together, draft_max=default_k,
                 fixed=False, accept=rule, temperature=temperature, group="sampling",
             ))
 

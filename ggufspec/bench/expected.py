@@ -9,7 +9,10 @@ One formula, `expected_speedup_partial`; the other two are its cases s = 1 (and 
 
 from __future__ import annotations
 
-from ggufspec.pacing import expected_tokens
+
+def expected_tokens(a: float, k: float) -> float:
+    """E(K) = 1 + a + ... + a^K = (1 - a^(K+1)) / (1 - a); K may be fractional (a mean over rounds)."""
+    return k + 1.0 if a >= 1.0 else (1.0 - a ** (k + 1.0)) / (1.0 - a)
 
 
 def expected_tokens_per_round(*, a: float, k: float) -> float:

@@ -59,7 +59,7 @@ class Ours:
         from ggufspec.sampling import SamplingSettings
 
         sampling = SamplingSettings(temperature=cfg.temperature, seed=seed)
-        drafter = None
+        drafters: tuple = ()
         if cfg.is_baseline:
             spec = SpeculativeSettings()
         else:
@@ -67,9 +67,9 @@ class Ours:
                 accept=None if cfg.accept == "greedy" else AcceptRule.parse(cfg.accept),
                 length=DraftLengthSettings(draft_max=cfg.draft_max, fixed=cfg.fixed, always_draft=cfg.always_draft),
             )
-            drafter = self.drafters[cfg.draft]
+            drafters = tuple(self.drafters[label] for label in cfg.draft.split("+"))  # "Q4_1+lookup": both
         gen = self.pair.generate(
-            prompt_tokens=self.tokens[prompt.id], drafter=drafter, max_tokens=self.plan.max_tokens,
+            prompt_tokens=self.tokens[prompt.id], drafters=drafters, max_tokens=self.plan.max_tokens,
             sampling=sampling, speculative=spec, cache_prompt=False,  # every run prefills cold
         ).run()
         # a round that rejected ends with the target's correction token

@@ -33,7 +33,7 @@ class RunRecord:
     accepted: int = 0
     rejections: int = 0
     rounds: int = 0
-    paused_rounds: int = 0  # rounds the pacer ran the target alone
+    paused_rounds: int = 0  # rounds the controller ran the target alone
     draft_s: float = 0.0
     verify_s: float = 0.0
     overhead_s: float = 0.0

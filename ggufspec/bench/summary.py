@@ -62,7 +62,7 @@ def _summarise_prompts(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Map
                    and c["temperature"] == 0 and c.get("tps")]
     native = [c for c in configs if c["engine"] == "native" and c.get("tps")]
     best_ours = max(ours_greedy, key=lambda c: c["tps"], default=None)
-    # the same comparison among configurations that really drafted (the pacer may pick the target alone)
+    # the same comparison among configurations that really drafted (the controller may pick the target alone)
     drafting = [c for c in ours_greedy if (c.get("draft_rounds_share") or 0) >= 0.5]
     best_drafting = max(drafting, key=lambda c: c["tps"], default=None)
     best_native = max(native, key=lambda c: c["tps"], default=None)

@@ -67,21 +67,21 @@ def run_sweep(*, target: str | None, draft: str | None, prompts: Sequence[object
         settings = PairSettings(context=ContextSettings(n_ctx=n_ctx, n_threads=n_threads), n_gpu_layers=ngl,
                                 n_gpu_layers_draft="auto", rpc=(rpc,) if rpc else ())
         with load_pair(target=target, draft=draft, settings=settings) as pair:
-            if pair.drafter is None:
+            if not pair.drafters:
                 raise UserError("--sweep-ngl compares speculative decoding with the target alone; give a --draft model")
             alone_t = alone_s = spec_t = spec_s = 0.0
             drafted = accepted = runs = 0
             identical = True
             if prompts:  # warm-up, discarded: first-call costs (graph allocation, page faults, caches)
                 warm = pair.encode(messages=prompts[0].messages)  # type: ignore[attr-defined]
-                pair.generate(prompt_tokens=warm, drafter=None, max_tokens=4).run()
+                pair.generate(prompt_tokens=warm, drafters=(), max_tokens=4).run()
                 pair.generate(prompt_tokens=warm, max_tokens=4, speculative=spec).run()
             for p in prompts:
                 tokens = pair.encode(messages=p.messages)  # type: ignore[attr-defined]
                 for _ in range(repeats):
                     if progress:
                         progress(f"ngl {ngl}: {p.id}")  # type: ignore[attr-defined]
-                    a = pair.generate(prompt_tokens=tokens, drafter=None, max_tokens=max_tokens).run()
+                    a = pair.generate(prompt_tokens=tokens, drafters=(), max_tokens=max_tokens).run()
                     s = pair.generate(prompt_tokens=tokens, max_tokens=max_tokens, speculative=spec).run()
                     alone_t += a.stats.generated_tokens
                     alone_s += a.stats.generated_tokens / a.stats.gen_tps if a.stats.gen_tps else 0.0

@@ -107,7 +107,7 @@ def markdown(result: BenchResult) -> str:
     ]
     share = s.get("default_draft_rounds_share")
     if share is not None and share < 0.5:
-        lines.insert(-2, f"- the default configuration drafted in {share:.0%} of rounds: its pacer measured that drafting "
+        lines.insert(-2, f"- the default configuration drafted in {share:.0%} of rounds: its controller measured that drafting "
                          "loses to the target alone here and ran the target alone (see `always-draft` for the forced loop)")
     if s.get("vs_native_drafting") and s["best_ours_drafting"]["name"] != s["best_ours"]["name"]:
         lines.append(f"- among configurations that draft in most rounds: **{fmt_figure(s['vs_native_drafting'], '{:.2f}')}x** native "

@@ -17,8 +17,9 @@ llama_cpp.Llama with prompt-lookup drafting, and transformers assisted generatio
 transformers are importable.
 
 Each JSON summary holds `speedup` (median over prompts of speculative / target-alone generation
-tokens/s for the default configuration: the first draft, adaptive length) and `vs_native`, over all
-prompts of the run; `sets` holds the same per prompt set.
+tokens/s for the default configuration: every draft, the controller choosing drafter and
+length each round) and `vs_native`, over all prompts of the run; `sets` holds the same per prompt
+set. Each draft also runs alone (controlled, always-draft, fixed K).
 
 examples:
   ggufspec bench --quick --out bench-out
@@ -45,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models")
     m.add_argument("--target", metavar="REF", help="target model (default: the embedded default target)")
     m.add_argument("--draft", metavar="REF", nargs="+", action="extend",
-                   help="one or more drafts: model references or 'lookup'; the first is the default configuration's")
+                   help="one or more drafts: model references or 'lookup' (repeatable); the default configuration drafts with all of them")
     add_pair_argument(m)
     m.add_argument("--draft-quants", metavar="Q,Q", default=None,
                    help=f"also draft with these quantizations of the target, made on the fly "
@@ -132,8 +133,6 @@ def run(args: argparse.Namespace) -> int:
                              target_only_drafts=[LOOKUP])
     target = refs.target
     draft_refs = list(refs.drafts)
-    if args.target is None and args.draft is None and args.pair is None:
-        draft_refs.append(LOOKUP)
     if not draft_refs:
         raise UserError("bench compares drafters with the target alone; give a --draft other than none")
     quants = args.draft_quants

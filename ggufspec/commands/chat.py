@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     draft_ref = refs.draft or "none"
 
     with load_pair(target=refs.target, draft=draft_ref, settings=pair_settings) as pair:
-        if pair.drafter is not None and settings.sampling().greedy and pair.inexact_greedy:
+        if pair.drafters and settings.sampling().greedy and pair.inexact_greedy:
             sys.stderr.write(f"note: {pair.inexact_greedy}\n")
         console = Console(pair, settings=settings, conversation=Conversation(system=args.system),
                           draft_ref=str(draft_ref), context_shift=args.context_shift, session=args.session)

@@ -52,9 +52,10 @@ def _pair_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
 
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
     target = resolve_path(refs.target, offline=args.offline)
-    if refs.draft in (None, LOOKUP):  # prompt lookup takes no memory worth planning
+    draft = next((d for d in refs.drafts if d != LOOKUP), None)  # prompt lookup takes no memory worth planning
+    if draft is None:
         return target, None
-    return target, resolve_path(refs.draft, offline=args.offline)
+    return target, resolve_path(draft, offline=args.offline)
 
 
 def _with_workers(rpc: str, gpus: tuple[Any, ...], vram: tuple[int, ...] | None) -> tuple[Any, ...]:

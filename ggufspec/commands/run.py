@@ -1,7 +1,9 @@
 """Generate with a target model sped up by a draft model (or prompt lookup).
 
 With no --target/--draft, uses the embedded default pair (SmolLM2-135M-Instruct: an F32 target
-where scripts/build_exact_kernels.sh has been run, else Q8_0, and its Q4_1 draft). Greedy (--temp 0,
+where scripts/build_exact_kernels.sh has been run, else Q8_0, its Q4_1 draft and prompt lookup).
+With several drafters, a controller picks each round which one proposes and how many tokens,
+from the throughput it measures (0: the target alone). Greedy (--temp 0,
 the default) output is token-identical to the target alone; sampling keeps the target's
 distribution (rejection sampling, Leviathan et al. / Chen et al. 2023).
 
@@ -14,6 +16,7 @@ examples:
   ggufspec run -p "Write a haiku about the sea" --chat --compare --repeats 5
   ggufspec run --target ./big.gguf --draft ./small.gguf -p "def quicksort(xs):" -n 256 -v
   ggufspec run --draft lookup -p "$(cat notes.txt) Summarise the notes above." --json
+  ggufspec run --draft embedded:smollm2:Q4_1 --draft lookup -p "Rewrite: $(cat a.py)" -v
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from ggufspec.errors import UserError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models")
     m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
-    m.add_argument("--draft", metavar="REF", help="draft model reference, or 'lookup' for prompt lookup; 'none' for the target alone")
+    m.add_argument("--draft", metavar="REF", action="append", default=None,
+                   help="draft model reference, or 'lookup' for prompt lookup (repeatable: several drafters); "
+                        "'none' for the target alone")
     add_pair_argument(m)
     m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
     g = p.add_argument_group("generation")
@@ -47,10 +52,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--draft-max", type=int, default=8, metavar="N", help="most tokens drafted per round (default 8)")
     d.add_argument("--draft-min", type=int, default=0, metavar="N", help="skip drafts shorter than this")
     d.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
-    d.add_argument("--fixed", action="store_true", help="always draft --draft-max tokens (default: adaptive length)")
+    d.add_argument("--fixed", action="store_true",
+                   help="the first drafter drafts --draft-max tokens every round (default: the controller chooses)")
     d.add_argument(
         "--always-draft", action="store_true",
-        help="adaptive length without pausing: draft even when the measured costs say the target alone is faster",
+        help="the controller never runs the target alone, even when it measures that drafting loses",
     )
     d.add_argument("--accept", default=None, metavar="RULE", help="greedy | rejection | match (default: greedy at temp 0, else rejection)")
     d.add_argument("--variant", default="leviathan", metavar="NAME", help="rejection variant: leviathan | chen")
@@ -118,8 +124,8 @@ def run(args: argparse.Namespace) -> int:
     )
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
 
-    with load_pair(target=refs.target, draft=refs.draft or "none", settings=settings) as pair:
-        if pair.drafter is not None and sampling.greedy and pair.inexact_greedy:
+    with load_pair(target=refs.target, draft=list(refs.drafts) or "none", settings=settings) as pair:
+        if pair.drafters and sampling.greedy and pair.inexact_greedy:
             sys.stderr.write(f"note: {pair.inexact_greedy}\n")
         messages = [{"role": "user", "content": args.prompt}] if args.chat else None
         tokens = pair.encode(prompt=None if args.chat else args.prompt, messages=messages)
@@ -134,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             gen.run()
         else:
-            _stream(gen, colour=args.verbose)
+            _stream(gen, colour=args.verbose, drafters=[d.name for d in pair.drafters])
         _report(args, pair, gen, None, sampling)
     return 0
 
@@ -156,12 +162,12 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
         return pair.generate(
             prompt_tokens=tokens, max_tokens=n, sampling=sampling, speculative=spec, stop=args.stop,
             cache_prompt=False,  # every run a cold prefill: like against like
-            **({"drafter": None} if side == ALONE else {}),
+            **({"drafters": ()} if side == ALONE else {}),
         )
 
     def warmup() -> int:
         # the speculative warm-up drafts a fixed length: it runs both models and a multi-row
-        # verify, and the pair's pacer (which learns across generations) never sees cold timings
+        # verify, and the pair's controller (which learns across generations) never sees cold timings
         n = min(WARMUP_TOKENS, args.max_tokens)
         fixed = replace(speculative, length=replace(speculative.length, fixed=True, always_draft=False))
         generate(SPECULATIVE, n, fixed).run()
@@ -171,7 +177,7 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
     def run_one(repeat: int, side: str):
         gen = generate(side, args.max_tokens)
         if side == SPECULATIVE and SPECULATIVE not in first and not args.json:
-            _stream(gen, colour=args.verbose)
+            _stream(gen, colour=args.verbose, drafters=[d.name for d in pair.drafters])
         else:
             gen.run()
         first.setdefault(side, gen)
@@ -188,10 +194,14 @@ def _measured(gen, side: str):
     return Measured(gen_tps=gen.stats.gen_tps, generated_tokens=gen.stats.generated_tokens, tokens=tuple(gen.tokens))
 
 
-def _stream(gen, *, colour: bool) -> None:
+_DRAFT_STYLES = ("green", "cyan", "magenta", "yellow")  # accepted drafts, one colour per drafter
+
+
+def _stream(gen, *, colour: bool, drafters: list[str]) -> None:
     from ggufspec.engine import Source
 
     styles = {Source.DRAFT: "green", Source.CORRECTION: "red", Source.BONUS: "blue", Source.TARGET: "default"}
+    by_drafter = {name: _DRAFT_STYLES[i % len(_DRAFT_STYLES)] for i, name in enumerate(drafters)}
     console = None
     if colour:
         from rich.console import Console
@@ -202,13 +212,15 @@ def _stream(gen, *, colour: bool) -> None:
         if not step.text:
             continue
         if console is not None:
-            console.print(step.text, style=styles[step.source], end="", markup=False)
+            style = by_drafter.get(step.drafter, styles[step.source]) if step.drafter else styles[step.source]
+            console.print(step.text, style=style, end="", markup=False)
         else:
             out.write(step.text)
             out.flush()
     if console is not None:
         console.print()
-        console.print("[green]draft accepted[/] [red]target correction[/] [blue]bonus[/] plain: target alone", style="dim")
+        accepted = " ".join(f"[{by_drafter[n]}]accepted from {_escape(n)}[/]" for n in drafters) or "[green]draft accepted[/]"
+        console.print(f"{accepted} [red]target correction[/] [blue]bonus[/] plain: target alone", style="dim")
     else:
         out.write("\n")
         out.flush()
@@ -230,10 +242,13 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
         "overhead_s": round(s.overhead_s, 4),
         "rounds": s.rounds,
         "paused_rounds": s.paused_rounds,
+        "k_hist": {str(k): n for k, n in s.k_hist.items()},
+        "drafter_rounds": dict(s.drafter_rounds),
         "accept_rate_by_position": [round(x, 3) for x in s.accept_rate_by_position],
         "stop_reason": s.stop_reason,
     }
-    result: dict = {"text": gen.text, "target": str(pair.target_path), "draft": pair.draft_name(), "stats": stats,
+    draft = "+".join(pair.draft_name(d) for d in pair.drafters) or "none"
+    result: dict = {"text": gen.text, "target": str(pair.target_path), "draft": draft, "stats": stats,
                     "devices": [d.as_dict() for d in pair.devices]}
     load = None
     if comparison is not None:
@@ -257,7 +272,7 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
     from rich.table import Table
 
     err = Console(stderr=True, highlight=False)
-    table = Table(title=f"target {pair.target_path.name}  draft {pair.draft_name() if pair.draft_path is None else pair.draft_path.name}", title_justify="left")
+    table = Table(title=f"target {pair.target_path.name}  drafts {pair.draft_names()}", title_justify="left")
     table.add_column("metric")
     first = " (first run)" if comparison is not None and len(comparison.speedups) > 1 else ""
     table.add_column("speculative" + first, justify="right")
@@ -270,6 +285,8 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
         ("accept rate", f"{s.accept_rate:.1%} ({s.accepted}/{s.drafted})", "" if baseline else None),
         ("mean accepted length", f"{s.mean_accepted_len:.2f}", "1.00" if baseline else None),
         ("rounds / paused (drafting did not pay)", f"{s.rounds} / {s.paused_rounds}", str(baseline.stats.rounds) if baseline else None),
+        ("rounds per drafter", " ".join(f"{n} {c}" for n, c in s.drafter_rounds.items()) or "-", "" if baseline else None),
+        ("rounds per draft length", " ".join(f"K={k}: {c}" for k, c in s.k_hist.items()) or "-", "" if baseline else None),
         ("time: draft / verify / python", f"{s.draft_s:.2f} / {s.verify_s:.2f} / {s.overhead_s:.2f} s",
          f"- / {baseline.stats.verify_s:.2f} / {baseline.stats.overhead_s:.2f} s" if baseline else None),
     ]
@@ -282,3 +299,8 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
         for line in report_lines(comparison, load=load):
             err.print(line, markup=False, soft_wrap=True)
 
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

@@ -35,7 +35,9 @@ from ggufspec.errors import UserError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models")
     m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
-    m.add_argument("--draft", metavar="REF", help="draft model reference, 'lookup' for prompt lookup, 'none' for the target alone")
+    m.add_argument("--draft", metavar="REF", action="append", default=None,
+                   help="draft model reference, 'lookup' for prompt lookup (repeatable: several drafters), "
+                        "'none' for the target alone")
     add_pair_argument(m)
     m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
     m.add_argument("--model-name", metavar="NAME", help="model id served by /v1/models (default: the target's file name)")
@@ -52,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     r.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
     r.add_argument("--always-draft", action="store_true",
-                   help="draft every round, even when the measured costs say the target alone is faster")
+                   help="draft every round: the controller never runs the target alone")
     r.add_argument("--llama-log", action="store_true", help="show llama.cpp's own log")
 
 

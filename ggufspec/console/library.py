@@ -28,14 +28,14 @@ def n_ctx(pair: Pair) -> int:
 def start_turn(pair: Pair, *, tokens: list[int], drafters: Drafters, settings: ChatSettings) -> Generation:
     """One reply: the draft/verify loop with `drafters` (empty: the target alone), reusing the
     longest prefix of `tokens` the pair's KV caches hold."""
-    return pair.generate(prompt_tokens=tokens, drafter=drafters[0] if drafters else None,
+    return pair.generate(prompt_tokens=tokens, drafters=tuple(drafters),
                          max_tokens=settings.max_tokens, sampling=settings.sampling(),
                          speculative=settings.speculative())
 
 
 def own_drafters(pair: Pair) -> Drafters:
     """The drafters the pair was loaded with (its --draft)."""
-    return (pair.drafter,) if pair.drafter is not None else ()
+    return tuple(pair.drafters)
 
 
 def load_drafter(pair: Pair, ref: str) -> Drafters:

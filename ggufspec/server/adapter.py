@@ -7,6 +7,7 @@ library's API is a change in this file only. (Tests put a fake `start_generation
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from ggufspec.acceptance import AcceptRule
@@ -30,7 +31,7 @@ class PairInfo:
 
     target_file: str  # the target's file name
     target_stem: str  # ... without .gguf: the default model id
-    draft_name: str  # the draft's file name, "lookup", or "none"
+    draft_name: str  # the drafts' file names and/or "lookup", joined by "+"; or "none"
     n_ctx: int
     n_vocab: int
 
@@ -53,7 +54,7 @@ def open_pair(*, refs: PairRefs, settings: PairSettings) -> Pair:
     Raises:
         UserError: missing/invalid files, an incompatible vocabulary, a context that cannot be made.
     """
-    return load_pair(target=refs.target, draft=refs.draft or "none", settings=settings)
+    return load_pair(target=refs.target, draft=list(refs.drafts) or "none", settings=settings)
 
 
 def on_device_lost(pair: Pair, callback: Callable[[str], None]) -> bool:
@@ -72,7 +73,7 @@ def describe(pair: Pair) -> PairInfo:
     return PairInfo(
         target_file=pair.target_path.name,
         target_stem=pair.target_path.stem,
-        draft_name=pair.draft_name() if pair.draft_path is None else pair.draft_path.name,
+        draft_name="+".join(Path(pair.draft_name(d)).name for d in pair.drafters) or "none",
         n_ctx=pair.target_ctx.n_ctx,
         n_vocab=pair.target_model.n_vocab,
     )

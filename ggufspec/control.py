@@ -1,0 +1,387 @@
+"""Which drafter proposes, and how many tokens, each round: measured throughput decides (pure).
+
+A round either runs the target alone (K = 0, source "none") or lets one drafter d propose K
+tokens. Each round the controller picks a source, then its K:
+
+1. Source. Its realized throughput, tokens emitted per second of wall time over the rounds it
+   ran, discounted by age in rounds (gamma = 0.95 a round: half weight after 14 rounds, so no
+   verdict outlives its data) and shrunk towards the cost model's figure R0 with m = 2
+   pseudo-rounds:
+       R_s = (sum w * tokens + m * R0_s * a) / (sum w * seconds + m * a),   w = gamma^age
+   A round's seconds are winsorized at 4x the model's T(K) (one stalled round on a busy machine
+   cannot condemn a source). The highest R_s runs.
+2. K, by the cost model built from measurements only:
+       E_d(K) = 1 + sum_{i=1..K} pi_d(i),   pi_d(i) = prod_{j<=i} c_d(j)
+       T_d(K) = a + K * b_d
+   a: the fastest of the last 16 rounds' verify-and-Python time (a round that drafted nothing
+   measures a; one that drafted bounds it from above: K + 1 rows cost no less than one); b_d:
+   the low median of the last 16
+   (round - a) / K of drafter d (its draft tokens, verify rows and our Python per token); a
+   drafting round faster than a / 2 says a is stale (a cold first round): the target alone runs
+   next to measure it again;
+   c_d(j): P(draft j accepted | drafts 1..j-1 accepted), discounted counts (0.97 a round) plus
+   one pseudo-round of prior c_d(j-1) (c_d(0) = alpha0), so past the measured positions the
+   curve extends the measured one. K = argmax E_d(K) / T_d(K) over [max(1, draft_min), cap]; R0_d is
+   that maximum, R0_none = 1 / a.
+
+Bounded exploration: a source not run for `retry` rounds (32) runs next (the longest waiting
+first), so a losing choice is tried again within retry + (number of sources) rounds; a source
+never run runs as soon as it can. A retry after which the source's estimate beats the best
+other source's runs again, up to `confirm` (3) more rounds while it keeps beating it, so a source whose costs came back is re-adopted in a few rounds, not
+a few retries. Timing medians use the samples of the last 2 * retry rounds where there are any.
+
+Full information (Not-a-Bandit, arXiv 2510.20064): a free drafter (prompt lookup: no model, no
+cost) is queried every round before the choice; after the verify its proposal is scored against
+the tokens the target emitted, so its acceptance is learned on every round, chosen or not. Its
+proposal's length caps its K (no match: not a candidate this round).
+
+Lossless: `choose` sees past rounds and the history only (a free drafter's proposal is a
+function of the history), never the target's output for the round it decides.
+
+Timed or counted: with `timed=False` (seeded sampled runs, whose tokens must be reproducible)
+every round's seconds are replaced by nominal costs (a = 1, b = 0.5 for a model drafter, 0.1
+for a free one), so the policy is driven by counts (accepts, drafted) only.
+
+BanditSpec (arXiv 2505.15141) and TapOut (arXiv 2511.02017) choose speculation settings with
+bandits over realized reward; here the reward is throughput (the cost differs by arm), the arms
+share a structured cost model, and exploration is a deterministic retry schedule.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+NONE = "none"  # the source of a round that runs the target alone
+
+# nominal costs in units of a target step (priors; the only costs of a counted controller)
+_B_MODEL = 0.5
+_B_FREE = 0.1
+_ALPHA_MODEL = 0.8  # prior per-token accept rate of a draft model
+_ALPHA_FREE = 0.6  # ... of prompt lookup, where it found a match
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControlSettings:
+    """The controller's horizons (in rounds) and robustness knobs."""
+
+    retry: int = 32  # a source not run for this many rounds runs next
+    decay: float = 0.95  # weight of a realized round per round of age
+    accept_decay: float = 0.97  # weight of an acceptance observation per round of age
+    window: int = 16  # timing samples whose median is an estimate
+    prior_rounds: float = 2.0  # pseudo-rounds of the cost model in a source's throughput
+    winsor: float = 4.0  # a round's seconds count at most this many model round times
+    confirm: int = 3  # rounds a retry that beat the estimates runs again
+
+    def __post_init__(self) -> None:
+        if self.retry < 1 or not 0 < self.decay <= 1 or not 0 < self.accept_decay <= 1 or self.window < 1:
+            raise ValueError(f"bad control settings: {self}")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A drafter the controller may pick this round. `free`: costs nothing to query (lookup);
+    `match_len`: a free drafter's proposal length this round (0: nothing to propose)."""
+
+    name: str
+    free: bool = False
+    match_len: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """This round: `drafter` (None: the target alone) proposes `draft_len` tokens."""
+
+    drafter: str | None
+    draft_len: int
+    retry: bool = False  # chosen by the retry schedule, not by the estimates
+
+
+class _Samples:
+    """The last `window` timing samples; their median, preferring those of the last `horizon` rounds."""
+
+    def __init__(self, window: int) -> None:
+        self._items: deque[tuple[int, float]] = deque(maxlen=window)
+        self._memo: tuple[tuple, float | None] = ((), None)
+
+    def add(self, now: int, value: float) -> None:
+        self._items.append((now, value))
+        self._memo = ((), None)
+
+    def median(self, now: int, horizon: int, *, low: bool = False) -> float | None:
+        """The low median (`low`: the minimum) of the fresh samples, or of all when none is fresh."""
+        if not self._items:
+            return None
+        if self._memo[0] == (now, horizon, low):  # asked several times a round
+            return self._memo[1]
+        fresh = [v for r, v in self._items if now - r <= horizon] or [v for _, v in self._items]
+        # a timing is only ever slowed by noise (a stall, llama.cpp's first decode of a new
+        # batch shape), never sped up: the low median, or the minimum for the target alone
+        value = min(fresh) if low else statistics.median_low(fresh)
+        self._memo = ((now, horizon, low), value)
+        return value
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+
+@dataclass
+class _Realized:
+    """Discounted sums of one source's rounds, decayed lazily to `at`."""
+
+    tokens: float = 0.0
+    seconds: float = 0.0
+    at: int = 0
+    last: int | None = None  # round it last ran
+
+    def decay_to(self, now: int, gamma: float) -> None:
+        if now > self.at:
+            w = gamma ** (now - self.at)
+            self.tokens *= w
+            self.seconds *= w
+            self.at = now
+
+
+@dataclass
+class _DrafterModel:
+    free: bool
+    drafted_at: list[float] = field(default_factory=list)  # discounted rounds that judged draft i (the drafts before it accepted)
+    accepted_at: list[float] = field(default_factory=list)  # ... that accepted it
+    per_token: _Samples = field(default_factory=lambda: _Samples(16))  # (round - a) / K samples
+    at: int = 0
+
+    @property
+    def alpha0(self) -> float:
+        return _ALPHA_FREE if self.free else _ALPHA_MODEL
+
+    @property
+    def b_prior(self) -> float:
+        return _B_FREE if self.free else _B_MODEL
+
+
+class DraftController:
+    """Chooses each round's drafter and draft length; learns from `observe`. One per pair, kept
+    across generations (its estimates are the machine's and the drafters', not one prompt's)."""
+
+    def __init__(self, *, timed: bool = True, settings: ControlSettings = ControlSettings()) -> None:
+        self.timed = timed
+        self.settings = settings
+        self.round = 0  # rounds observed
+        self._base = _Samples(settings.window)  # seconds of rounds that drafted nothing
+        self._bound = _Samples(settings.window)  # verify-and-Python seconds of rounds that drafted
+        if not timed:
+            self._base.add(0, 1.0)  # counted: a round of the target alone is the unit, no calibration
+        self._sources: dict[str, _Realized] = {}
+        self._drafters: dict[str, _DrafterModel] = {}
+        self._bar = math.inf  # the best other source's estimate when a retry ran
+        self._probe: tuple[int, int] = (1, 1)  # (lo, cap) of the K range of the retried source
+        self._confirm: tuple[str, int] | None = None  # (source, rounds left) to run again
+        self._recheck = False  # a is suspect: measure the target alone again
+        self._a_memo: tuple[tuple, float | None] = ((), None)
+
+    # ---- estimates ----------------------------------------------------------------------------
+
+    def base_s(self) -> float | None:
+        """a: one round of the target alone, seconds (None: not measured yet)."""
+        key = (self.round, self._base._memo[0], self._bound._memo[0])
+        if self._a_memo[0] == key:  # asked several times a round
+            return self._a_memo[1]
+        horizon = 2 * self.settings.retry
+        found = [x for x in (self._base.median(self.round, horizon, low=True),
+                             self._bound.median(self.round, horizon, low=True)) if x is not None]
+        a = min(found) if found and self._base else None
+        self._a_memo = ((self.round, self._base._memo[0], self._bound._memo[0]), a)
+        return a
+
+    def _model(self, name: str, free: bool) -> _DrafterModel:
+        m = self._drafters.get(name)
+        if m is None:
+            m = self._drafters[name] = _DrafterModel(free=free, per_token=_Samples(self.settings.window))
+        return m
+
+    def _source(self, name: str) -> _Realized:
+        s = self._sources.get(name)
+        if s is None:
+            s = self._sources[name] = _Realized(at=self.round)
+        s.decay_to(self.round, self.settings.decay)
+        return s
+
+    def per_token_s(self, name: str) -> float | None:
+        """b_d: what each drafted token adds to a round, seconds (None: no drafter of that name)."""
+        m = self._drafters.get(name)
+        a = self.base_s()
+        if m is None or a is None:
+            return None
+        b = m.per_token.median(self.round, 2 * self.settings.retry)
+        return b if b is not None else m.b_prior * a
+
+    def prefix_accept(self, name: str, n: int) -> list[float]:
+        """pi_d(1..n): P(the first i drafts of `name` are all accepted), i = 1..n."""
+        m = self._drafters[name]
+        self._decay_accepts(m)
+        out, pi, cond = [], 1.0, m.alpha0
+        for i in range(n):
+            d = m.drafted_at[i] if i < len(m.drafted_at) else 0.0
+            acc = m.accepted_at[i] if i < len(m.accepted_at) else 0.0
+            # P(accept i | the drafts before it accepted), one pseudo-round of prior: the position
+            # before's estimate (so beyond what was measured the curve extends the measured one)
+            cond = (acc + cond) / (d + 1.0)
+            pi *= cond
+            out.append(pi)
+        return out
+
+    def best_len(self, name: str, *, lo: int, cap: int) -> tuple[int, float] | None:
+        """(K, E(K) / T(K)) maximising the modelled rate over K in [lo, cap]; None when unmeasured."""
+        a, b = self.base_s(), self.per_token_s(name)
+        if a is None or b is None or cap < lo:
+            return None
+        pis = self.prefix_accept(name, cap)
+        best, e = None, 1.0
+        for k in range(1, cap + 1):
+            e += pis[k - 1]
+            if k >= lo:
+                rate = e / max(a + k * b, 1e-12)
+                if best is None or rate > best[1] + 1e-12:
+                    best = (k, rate)
+        return best
+
+    def throughput(self, name: str, prior_rate: float | None) -> float | None:
+        """R_s: realized tokens per second of a source, shrunk towards `prior_rate`."""
+        a = self.base_s()
+        s = self._source(name)
+        m = self.settings.prior_rounds if prior_rate is not None else 0.0
+        num = s.tokens + (m * prior_rate * a if prior_rate is not None and a is not None else 0.0)
+        den = s.seconds + (m * a if a is not None else 0.0)
+        return num / den if den > 0 else prior_rate
+
+    # ---- the decision -------------------------------------------------------------------------
+
+    def choose(
+        self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int = 0, allow_none: bool = True
+    ) -> Choice:
+        """This round's drafter and length. `draft_max`: the most tokens this round may draft;
+        `allow_none`: False never chooses the target alone while a drafter can propose."""
+        lo = max(1, draft_min)
+        options: dict[str, tuple[int, float | None]] = {}  # source -> (K, modelled rate)
+        caps: dict[str, int] = {NONE: 0}
+        for c in drafters:
+            self._model(c.name, c.free)
+            cap = draft_max if c.match_len is None else min(draft_max, c.match_len)
+            if cap < lo:
+                continue
+            caps[c.name] = cap
+            best = self.best_len(c.name, lo=lo, cap=cap)
+            options[c.name] = best if best is not None else (min(cap, max(lo, 4)), None)
+        a = self.base_s()
+        if allow_none or not options:
+            options[NONE] = (0, 1.0 / a if a else None)
+        if len(options) == 1:
+            name, (k, _) = next(iter(options.items()))
+            return Choice(None if name == NONE else name, k)
+        # calibrate first: a round of the target alone measures a (the unit of every estimate)
+        if (a is None or self._recheck) and NONE in options:
+            self._recheck = False
+            return Choice(None, 0, retry=True)
+        rates = {n: self.throughput(n, r) or 0.0 for n, (_, r) in options.items()}
+        # retry: a source never run, or not run for `retry` rounds, runs now (longest waiting
+        # first); a retry that beat the others runs again (`confirm` rounds at most)
+        waits = {n: (math.inf if self._source(n).last is None else self.round - self._source(n).last)
+                 for n in options}
+        oldest = max(options, key=lambda n: waits[n])
+        again, self._confirm = self._confirm, None
+        if waits[oldest] < self.settings.retry and again is not None and again[0] in options:
+            oldest, self._confirm = again[0], (again[0], again[1] - 1) if again[1] > 1 else None
+        elif waits[oldest] < self.settings.retry:
+            name = max(options, key=lambda n: rates[n])  # ties: the first drafter given, none last
+            return Choice(None if name == NONE else name, options[name][0])
+        self._bar = max((r for n, r in rates.items() if n != oldest), default=0.0)
+        self._probe = (lo, caps[oldest])
+        return Choice(None if oldest == NONE else oldest, options[oldest][0], retry=True)
+
+    # ---- learning -----------------------------------------------------------------------------
+
+    def observe(
+        self,
+        *,
+        choice: Choice,
+        drafted: int,
+        accepted: int,
+        emitted: int,
+        round_s: float,
+        draft_s: float = 0.0,
+        free: bool = False,
+        scored: Mapping[str, tuple[int, int]] | None = None,
+    ) -> None:
+        """A round ended: `choice` ran, `drafted` tokens were verified, `accepted` kept, `emitted`
+        tokens came out (accepted + 1) in `round_s` seconds (drafting, verify and our Python; not a
+        draft model's catch-up), `draft_s` of them drafting. `free`: the chosen drafter is free.
+        `scored`: for free drafters not chosen, (proposed, matched): their proposal and its prefix
+        equal to the emitted tokens."""
+        st = self.settings
+        name = choice.drafter
+        if name is not None:
+            model = self._model(name, free)
+            if not self.timed:
+                round_s, draft_s = 1.0 + drafted * model.b_prior, 0.0
+        elif not self.timed:
+            round_s, draft_s = 1.0, 0.0
+        a = self.base_s()
+        if drafted == 0:  # measures a (a draft that came back empty is not the target's cost)
+            self._base.add(self.round, max(0.0, round_s - draft_s))
+        elif a is not None:  # bounds a from above
+            self._bound.add(self.round, max(0.0, round_s - draft_s))
+        if drafted > 0 and name is not None:
+            if a is None:  # no round of the target alone yet: infer a from the prior b
+                a = round_s / (1.0 + drafted * self._drafters[name].b_prior)
+                self._base.add(self.round, a)
+            elif round_s < 0.5 * a:  # a verify of K+1 rows cannot cost half of one row's
+                self._recheck = True
+            self._drafters[name].per_token.add(self.round, max(0.0, (round_s - a) / drafted))
+            self._record_accepts(name, drafted, accepted, emitted)
+        for other, (proposed, matched) in (scored or {}).items():
+            if other != name and proposed > 0:
+                self._model(other, True)
+                self._record_accepts(other, proposed, matched, emitted)
+        # realized throughput of the source, its seconds winsorized at `winsor` model round times
+        src = self._source(NONE if name is None else name)
+        a = self.base_s() or round_s
+        b = self.per_token_s(name) if name is not None else 0.0
+        cap = st.winsor * (a + drafted * (b or 0.0))
+        src.tokens += emitted
+        src.seconds += min(round_s, cap)
+        src.last = self.round
+        self.round += 1
+        if choice.retry:  # a retry: run it again while its estimate, with this round, beats the others
+            if name is None:
+                prior = 1.0 / a if a else None
+            else:
+                best = self.best_len(name, lo=self._probe[0], cap=self._probe[1])
+                prior = best[1] if best is not None else None
+            rate = self.throughput(NONE if name is None else name, prior) or 0.0
+            if rate <= self._bar:
+                self._confirm = None
+            elif self._confirm is None:
+                self._confirm = (NONE if name is None else name, st.confirm)
+
+    def _decay_accepts(self, m: _DrafterModel) -> None:
+        if self.round > m.at:
+            w = self.settings.accept_decay ** (self.round - m.at)
+            m.drafted_at = [x * w for x in m.drafted_at]
+            m.accepted_at = [x * w for x in m.accepted_at]
+            m.at = self.round
+
+    def _record_accepts(self, name: str, proposed: int, matched: int, emitted: int) -> None:
+        """Positions 1..matched accepted; position matched+1 rejected where the target judged it
+        (matched < emitted: the emitted token there differs); past the emitted tokens, unknown."""
+        m = self._drafters[name]
+        self._decay_accepts(m)
+        judged = min(proposed, matched + 1) if matched < emitted else matched
+        while len(m.drafted_at) < judged:
+            m.drafted_at.append(0.0)
+            m.accepted_at.append(0.0)
+        for i in range(judged):
+            m.drafted_at[i] += 1.0
+            m.accepted_at[i] += i < matched
