@@ -1,4 +1,4 @@
-"""Subcommands of the ggufspec CLI, one module each, and the model options they share."""
+"""Subcommands of the ggufspec CLI, one module each, and the options they share (one definition each)."""
 
 from __future__ import annotations
 
@@ -14,3 +14,24 @@ def add_rpc_argument(group: argparse._ArgumentGroup) -> None:
     """`--rpc HOST:PORT[,HOST:PORT]`: llama.cpp RPC workers used as devices (ggufspec rpc-server)."""
     group.add_argument("--rpc", metavar="HOST:PORT[,..]",
                        help="RPC workers (`ggufspec rpc-server`) used as devices, before local GPUs")
+
+
+def add_model_arguments(group: argparse._ArgumentGroup, *, draft_help: str, repeatable_draft: bool = False) -> None:
+    """`--target`, `--draft`, `--pair` and `--offline`, as every command that loads a pair names them
+    (ggufspec.resolve turns them into a target and its drafters)."""
+    group.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
+    if repeatable_draft:
+        group.add_argument("--draft", metavar="REF", action="append", default=None, help=draft_help)
+    else:
+        group.add_argument("--draft", metavar="REF", help=draft_help)
+    add_pair_argument(group)
+    group.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
+
+
+def add_sampling_arguments(group: argparse._ArgumentGroup) -> None:
+    """`--temp`, `--top-k`, `--top-p`, `--min-p`, `--seed` (ggufspec.sampling.SamplingSettings)."""
+    group.add_argument("--temp", type=float, default=0.0, metavar="T", help="temperature; 0 = greedy (default)")
+    group.add_argument("--top-k", type=int, default=0, metavar="K", help="top-k (0 = off)")
+    group.add_argument("--top-p", type=float, default=1.0, metavar="P", help="top-p in (0, 1] (1 = off)")
+    group.add_argument("--min-p", type=float, default=0.0, metavar="P", help="min-p (0 = off)")
+    group.add_argument("--seed", type=int, default=None, help="random seed (reproducible runs); -1: a fresh random seed")

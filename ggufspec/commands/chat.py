@@ -24,16 +24,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from ggufspec.commands import add_pair_argument
+from ggufspec.commands import add_model_arguments, add_sampling_arguments
 from ggufspec.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    m = p.add_argument_group("models")
-    m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
-    m.add_argument("--draft", metavar="REF", help="draft model reference, 'lookup' for prompt lookup, 'none' for the target alone")
-    add_pair_argument(m)
-    m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
+    add_model_arguments(p.add_argument_group("models"),
+                        draft_help="draft model reference, 'lookup' for prompt lookup, 'none' for the target alone")
     c = p.add_argument_group("conversation")
     c.add_argument("--system", metavar="TEXT", help="system prompt")
     c.add_argument("--session", metavar="FILE", type=Path,
@@ -41,17 +38,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--context-shift", action="store_true",
                    help="when the conversation outgrows the context, drop its oldest turns (the system prompt stays)")
     c.add_argument("-n", "--max-tokens", type=int, default=512, metavar="N", help="most tokens a reply generates (default 512)")
-    s = p.add_argument_group("sampling (change live with /temp, /top-p)")
-    s.add_argument("--temp", type=float, default=0.0, metavar="T", help="temperature; 0 = greedy (default)")
-    s.add_argument("--top-k", type=int, default=0, metavar="K", help="top-k (0 = off)")
-    s.add_argument("--top-p", type=float, default=1.0, metavar="P", help="top-p in (0, 1] (1 = off)")
-    s.add_argument("--min-p", type=float, default=0.0, metavar="P", help="min-p (0 = off)")
-    s.add_argument("--seed", type=int, default=None, help="random seed (reproducible sampled replies)")
+    add_sampling_arguments(p.add_argument_group("sampling (change live with /temp, /top-p)"))
     d = p.add_argument_group("speculation (change live with /draft, /k, /accept)")
     d.add_argument("--draft-max", type=int, default=8, metavar="N", help="most tokens drafted per round, K (default 8)")
-    d.add_argument("--fixed", action="store_true", help="always draft --draft-max tokens (default: adaptive length)")
+    d.add_argument("--fixed", action="store_true",
+                   help="the first drafter drafts --draft-max tokens every round (default: the controller chooses)")
     d.add_argument("--always-draft", action="store_true",
-                   help="adaptive length without pausing: draft even when the measured costs say the target alone is faster")
+                   help="the controller never runs the target alone, even when it measures that drafting loses")
     d.add_argument("--accept", default=None, metavar="RULE", help="greedy | rejection | match (default: greedy at temp 0, else rejection)")
     r = p.add_argument_group("runtime")
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")

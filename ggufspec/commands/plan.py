@@ -24,15 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ggufspec.commands import add_pair_argument, add_rpc_argument
+from ggufspec.commands import add_model_arguments, add_rpc_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     m = parser.add_argument_group("models")
-    m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
-    m.add_argument("--draft", metavar="REF", help="draft model reference; 'none' plans the target alone")
-    add_pair_argument(m)
-    m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
+    add_model_arguments(m, draft_help="draft model reference; 'none' plans the target alone")
     b = parser.add_argument_group("budget")
     b.add_argument("--vram", metavar="SIZE[,SIZE..]", help="free memory per GPU, e.g. 8GiB or 12GiB,8GiB (default: detect)")
     add_rpc_argument(b)

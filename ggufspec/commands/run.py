@@ -25,29 +25,20 @@ import argparse
 import json
 import sys
 
-from ggufspec.commands import add_pair_argument, add_rpc_argument
+from ggufspec.commands import add_model_arguments, add_rpc_argument, add_sampling_arguments
 from ggufspec.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    m = p.add_argument_group("models")
-    m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
-    m.add_argument("--draft", metavar="REF", action="append", default=None,
-                   help="draft model reference, or 'lookup' for prompt lookup (repeatable: several drafters); "
-                        "'none' for the target alone")
-    add_pair_argument(m)
-    m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
+    add_model_arguments(p.add_argument_group("models"), repeatable_draft=True,
+                        draft_help="draft model reference, or 'lookup' for prompt lookup (repeatable: several "
+                                   "drafters); 'none' for the target alone")
     g = p.add_argument_group("generation")
     g.add_argument("-p", "--prompt", required=True, help="prompt text")
     g.add_argument("--chat", action="store_true", help="wrap the prompt as a user message with the GGUF chat template")
     g.add_argument("-n", "--max-tokens", type=int, default=128, metavar="N", help="tokens to generate (default 128)")
     g.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
-    s = p.add_argument_group("sampling")
-    s.add_argument("--temp", type=float, default=0.0, metavar="T", help="temperature; 0 = greedy (default)")
-    s.add_argument("--top-k", type=int, default=0, metavar="K", help="top-k (0 = off)")
-    s.add_argument("--top-p", type=float, default=1.0, metavar="P", help="top-p in (0, 1] (1 = off)")
-    s.add_argument("--min-p", type=float, default=0.0, metavar="P", help="min-p (0 = off)")
-    s.add_argument("--seed", type=int, default=None, help="random seed (reproducible runs); -1: a fresh random seed")
+    add_sampling_arguments(p.add_argument_group("sampling"))
     d = p.add_argument_group("speculation")
     d.add_argument("--draft-max", type=int, default=8, metavar="N", help="most tokens drafted per round (default 8)")
     d.add_argument("--draft-min", type=int, default=0, metavar="N", help="skip drafts shorter than this")

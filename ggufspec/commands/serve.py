@@ -28,18 +28,14 @@ import os
 import socket
 import sys
 
-from ggufspec.commands import add_pair_argument, add_rpc_argument
+from ggufspec.commands import add_model_arguments, add_rpc_argument
 from ggufspec.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models")
-    m.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
-    m.add_argument("--draft", metavar="REF", action="append", default=None,
-                   help="draft model reference, 'lookup' for prompt lookup (repeatable: several drafters), "
+    add_model_arguments(m, repeatable_draft=True, draft_help="draft model reference, 'lookup' for prompt lookup (repeatable: several drafters), "
                         "'none' for the target alone")
-    add_pair_argument(m)
-    m.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
     m.add_argument("--model-name", metavar="NAME", help="model id served by /v1/models (default: the target's file name)")
     s = p.add_argument_group("server")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
