@@ -170,9 +170,6 @@ class SpeculativePair:
     def load_drafter(self, ref: str | Path) -> Drafter:
         """Load a drafter for this target: a model reference (vocabulary checked, same context
         settings as the target) or "lookup". The pair owns and closes it."""
-        from ggufspec.llama.context import Context
-        from ggufspec.llama.model import Model
-
         if str(ref) == LOOKUP:
             drafter: Drafter = LookupDrafter(self.settings.lookup)
             self._drafters[id(drafter)] = (drafter, None, None, None)
@@ -183,6 +180,13 @@ class SpeculativePair:
         read_model_info(path)  # a clear error for a non-GGUF or truncated file before llama.cpp
         check_vocab(self.target_path, path)
         _, draft_load = _offload(self.target_path, path, self.settings, quiet=True)  # load_pair noted it
+        return self._add_model_drafter(path, draft_load)
+
+    def _add_model_drafter(self, path: Path, draft_load: ModelSettings) -> Drafter:
+        """Load a draft model already checked against the target (file and vocabulary)."""
+        from ggufspec.llama.context import Context
+        from ggufspec.llama.model import Model
+
         model = Model(path, settings=draft_load)
         # the draft's numerics never reach the output: "auto" keeps its faster f16 cache
         ctx = Context(model, settings=self.settings.context.with_cache_type("f16"))
@@ -360,7 +364,15 @@ def load_pair(
         devices=_device_layers(target_info, target_load, draft_path, draft_load, model_devices),
     )
     try:
-        pair.drafters = tuple(pair.load_drafter(LOOKUP if p is None else p) for p in draft_paths)
+        # every draft file was checked above: load them without reading them again
+        drafters: list[Drafter] = []
+        for p in draft_paths:
+            if p is None:
+                drafters.append(pair.load_drafter(LOOKUP))
+                continue
+            load = draft_load if p == draft_path else _offload(target_path, p, settings, quiet=True)[1]
+            drafters.append(pair._add_model_drafter(p, load))
+        pair.drafters = tuple(drafters)
         pair.draft_path = draft_path
     except BaseException:
         pair.close()

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ggufspec.settings import PairSettings
 
 
 def add_pair_argument(group: argparse._ArgumentGroup) -> None:
@@ -35,3 +39,19 @@ def add_sampling_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--top-p", type=float, default=1.0, metavar="P", help="top-p in (0, 1] (1 = off)")
     group.add_argument("--min-p", type=float, default=0.0, metavar="P", help="min-p (0 = off)")
     group.add_argument("--seed", type=int, default=None, help="random seed (reproducible runs); -1: a fresh random seed")
+
+
+def pair_settings(args: argparse.Namespace) -> "PairSettings":
+    """PairSettings from the runtime options `run` and `chat` share (--ctx, --threads, --cache-type,
+    --ngl, --ngld, --offline, and --rpc where the command has it); raises UserError on bad values."""
+    from ggufspec.settings import ContextSettings, PairSettings, parse_layers
+
+    rpc = getattr(args, "rpc", None)
+    return PairSettings(
+        context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads, cache_type_k=args.cache_type,
+                                cache_type_v=args.cache_type),
+        n_gpu_layers=parse_layers(args.ngl, flag="--ngl"),
+        n_gpu_layers_draft=parse_layers(args.ngld, flag="--ngld"),
+        offline=args.offline,
+        rpc=(rpc,) if rpc else (),
+    )

@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ggufspec.commands import add_model_arguments, add_sampling_arguments
+from ggufspec.commands import add_model_arguments, add_sampling_arguments, pair_settings
 from ggufspec.errors import UserError
 
 
@@ -68,7 +68,6 @@ def run(args: argparse.Namespace) -> int:
     from ggufspec.llama.lib import set_verbose
     from ggufspec.resolve import resolve_pair_refs
     from ggufspec.runtime import load_pair
-    from ggufspec.settings import ContextSettings, PairSettings, parse_layers
 
     set_verbose(args.llama_log)
     # every setting checked before anything loads
@@ -78,19 +77,13 @@ def run(args: argparse.Namespace) -> int:
         accept=AcceptRule.parse(args.accept) if args.accept else None, verbose=args.verbose,
         length=DraftLengthSettings(always_draft=args.always_draft),
     )
-    pair_settings = PairSettings(
-        context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads, cache_type_k=args.cache_type,
-                                cache_type_v=args.cache_type),
-        n_gpu_layers=parse_layers(args.ngl, flag="--ngl"),
-        n_gpu_layers_draft=parse_layers(args.ngld, flag="--ngld"),
-        offline=args.offline,
-    )
+    settings_of_pair = pair_settings(args)
     if args.session is not None and args.session.exists() and not args.session.is_file():
         raise UserError(f"--session {args.session} is not a file; name a file to resume or to create")
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
     draft_ref = refs.draft or "none"
 
-    with load_pair(target=refs.target, draft=draft_ref, settings=pair_settings) as pair:
+    with load_pair(target=refs.target, draft=draft_ref, settings=settings_of_pair) as pair:
         if pair.drafters and settings.sampling().greedy and pair.inexact_greedy:
             sys.stderr.write(f"note: {pair.inexact_greedy}\n")
         console = Console(pair, settings=settings, conversation=Conversation(system=args.system),

@@ -25,7 +25,7 @@ import argparse
 import json
 import sys
 
-from ggufspec.commands import add_model_arguments, add_rpc_argument, add_sampling_arguments
+from ggufspec.commands import add_model_arguments, add_rpc_argument, add_sampling_arguments, pair_settings
 from ggufspec.errors import UserError
 
 
@@ -80,7 +80,6 @@ def run(args: argparse.Namespace) -> int:
     from ggufspec.resolve import resolve_pair_refs
     from ggufspec.runtime import load_pair
     from ggufspec.sampling import SamplingSettings
-    from ggufspec.settings import ContextSettings, PairSettings, parse_layers
 
     from ggufspec.llama.lib import set_verbose
 
@@ -105,14 +104,7 @@ def run(args: argparse.Namespace) -> int:
     repeats = 3 if args.repeats is None else args.repeats
     if repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {repeats}")
-    settings = PairSettings(
-        context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads, cache_type_k=args.cache_type,
-                                cache_type_v=args.cache_type),
-        n_gpu_layers=parse_layers(args.ngl, flag="--ngl"),
-        n_gpu_layers_draft=parse_layers(args.ngld, flag="--ngld"),
-        offline=args.offline,
-        rpc=(args.rpc,) if args.rpc else (),
-    )
+    settings = pair_settings(args)
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
 
     with load_pair(target=refs.target, draft=list(refs.drafts) or "none", settings=settings) as pair:
