@@ -12,13 +12,19 @@ tokens. Each round the controller picks a source, then its K:
    cannot condemn a source). The highest R_s runs.
 2. K, by the cost model built from measurements only:
        E_d(K) = 1 + sum_{i=1..K} pi_d(i),   pi_d(i) = prod_{j<=i} c_d(j)
-       T_d(K) = a + K * b_d
+       T_d(K) = V(K) + K * b_d,   V(K) = a + v0 + v * K  (K >= 1)
    a: the fastest of the last 16 rounds' verify-and-Python time (a round that drafted nothing
-   measures a; one that drafted bounds it from above: K + 1 rows cost no less than one); b_d:
-   the low median of the last 16
-   (round - a) / K of drafter d (its draft tokens, verify rows and our Python per token); a
-   drafting round faster than a / 2 says a is stale (a cold first round): the target alone runs
-   next to measure it again;
+   measures a; one that drafted bounds it from above: K + 1 rows cost no less than one);
+   V(K): what a round verifying K drafts costs besides drafting (the target's K + 1 rows and our
+   Python), the same whichever drafter proposed: (v0, v) a weighted least-squares line through
+   the median verify-and-Python time of each K measured lately, with the prior v0 = 0.3 a,
+   v = 0.2 a at K = 1 and K = 8 (one pseudo-sample each). Not linear from 0: on the 2-core CPU
+   2 rows cost 1.50 target steps, 5 rows 2.01, 9 rows 2.73 (v0 = 0.33, v = 0.17 fit all three);
+   the per-token model a + K * b this replaces, calibrated at K = 1, priced K = 8 at 3.7 steps
+   more than it costs and held the draft at K = 1, where it loses;
+   b_d: the low median of the last 16 draft seconds per drafted token of drafter d (0 for a
+   free one: prompt lookup costs microseconds); a drafting round faster than a / 2 says a is
+   stale (a cold first round): the target alone runs next to measure it again;
    c_d(j): P(draft j accepted | drafts 1..j-1 accepted), discounted counts (0.97 a round) plus
    one pseudo-round of prior c_d(j-1) (c_d(0) = alpha0), so past the measured positions the
    curve extends the measured one. K = argmax E_d(K) / T_d(K) over [max(1, draft_min), cap]; R0_d is
@@ -38,9 +44,22 @@ proposal's length caps its K (no match: not a candidate this round).
 Lossless: `choose` sees past rounds and the history only (a free drafter's proposal is a
 function of the history), never the target's output for the round it decides.
 
+Switching cost (catch-up): a draft model's KV cache must hold the history before it drafts; after
+rounds it sat out it first decodes the `backlog` tokens it missed, at u_d seconds a token (the
+median measured catch-up cost; prior 0.3 target steps). Measured here: SmolLM2 Q4_1 catches up at
+2.8 ms a token against a 10.2 ms target step, so returning to it after n rounds without it costs
+0.27 n target steps: a retry every 32 rounds would cost 27% of those rounds, whatever the interval.
+So a drafter with a backlog runs only when what it saves over the rest of the generation pays for
+the catch-up:
+    remaining * (1 / R_best_other - 1 / R_d) >= backlog * u_d
+with R_d its estimate (exploiting) or, for a retry, the better of its estimate and its prior rate
+(alpha0 with the measured costs: optimism bounded by the prior). A retry deferred so is due again
+at the next prompt, when the draft model is prefilled with it (`wants`): retries are cheap there.
+
 Timed or counted: with `timed=False` (seeded sampled runs, whose tokens must be reproducible)
-every round's seconds are replaced by nominal costs (a = 1, b = 0.5 for a model drafter, 0.1
-for a free one), so the policy is driven by counts (accepts, drafted) only.
+every round's seconds are replaced by nominal costs (a = 1, V(K) = 1.3 + 0.2 K, b = 0.25 for a
+model drafter and 0 for a free one, catch-up 0.3 a token), so the policy is driven by counts
+(accepts, drafted, backlog) only.
 
 BanditSpec (arXiv 2505.15141) and TapOut (arXiv 2511.02017) choose speculation settings with
 bandits over realized reward; here the reward is throughput (the cost differs by arm), the arms
@@ -58,10 +77,15 @@ from typing import Mapping, Sequence
 NONE = "none"  # the source of a round that runs the target alone
 
 # nominal costs in units of a target step (priors; the only costs of a counted controller)
-_B_MODEL = 0.5
-_B_FREE = 0.1
+_B_MODEL = 0.25  # a draft model's step (c; a prior, and the optimism of a retry)
+_B_FREE = 0.0  # a free drafter's proposal
+_V0 = 0.3  # a verify's first extra row beyond the target step
+_V1 = 0.2  # each further row
 _ALPHA_MODEL = 0.8  # prior per-token accept rate of a draft model
 _ALPHA_FREE = 0.6  # ... of prompt lookup, where it found a match
+_U_MODEL = 0.3  # prior catch-up cost of a draft model, per token of backlog
+SYNCED = 2  # a backlog this small is a normal round's (a full accept leaves 2 tokens to decode)
+_HORIZON = 256  # tokens a generation is assumed to have left when the caller does not say
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,11 +108,13 @@ class ControlSettings:
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A drafter the controller may pick this round. `free`: costs nothing to query (lookup);
-    `match_len`: a free drafter's proposal length this round (0: nothing to propose)."""
+    `match_len`: a free drafter's proposal length this round (0: nothing to propose); `backlog`:
+    tokens a draft model missed (rounds it sat out) and must catch up on first."""
 
     name: str
     free: bool = False
     match_len: int | None = None
+    backlog: int = 0  # history tokens a draft model must decode before it can draft (catch-up)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +153,9 @@ class _Samples:
     def __bool__(self) -> bool:
         return bool(self._items)
 
+    def __len__(self) -> int:
+        return len(self._items)
+
 
 @dataclass
 class _Realized:
@@ -150,7 +179,8 @@ class _DrafterModel:
     free: bool
     drafted_at: list[float] = field(default_factory=list)  # discounted rounds that judged draft i (the drafts before it accepted)
     accepted_at: list[float] = field(default_factory=list)  # ... that accepted it
-    per_token: _Samples = field(default_factory=lambda: _Samples(16))  # (round - a) / K samples
+    per_token: _Samples = field(default_factory=lambda: _Samples(16))  # draft seconds per drafted token
+    catchup: _Samples = field(default_factory=lambda: _Samples(16))  # catch-up seconds per token
     at: int = 0
 
     @property
@@ -172,6 +202,8 @@ class DraftController:
         self.round = 0  # rounds observed
         self._base = _Samples(settings.window)  # seconds of rounds that drafted nothing
         self._bound = _Samples(settings.window)  # verify-and-Python seconds of rounds that drafted
+        self._verify: dict[int, _Samples] = {}  # K -> verify-and-Python seconds of rounds of K drafts
+        self._fit_memo: tuple[tuple, tuple[float, float]] = ((), (0.0, 0.0))
         if not timed:
             self._base.add(0, 1.0)  # counted: a round of the target alone is the unit, no calibration
         self._sources: dict[str, _Realized] = {}
@@ -179,7 +211,9 @@ class DraftController:
         self._bar = math.inf  # the best other source's estimate when a retry ran
         self._probe: tuple[int, int] = (1, 1)  # (lo, cap) of the K range of the retried source
         self._confirm: tuple[str, int] | None = None  # (source, rounds left) to run again
+        self._confirming = False  # the last retry round was a confirmation (never re-arms it)
         self._recheck = False  # a is suspect: measure the target alone again
+        self._leader: str | None = None  # the source with the best estimate when last chosen
         self._a_memo: tuple[tuple, float | None] = ((), None)
 
     # ---- estimates ----------------------------------------------------------------------------
@@ -199,7 +233,8 @@ class DraftController:
     def _model(self, name: str, free: bool) -> _DrafterModel:
         m = self._drafters.get(name)
         if m is None:
-            m = self._drafters[name] = _DrafterModel(free=free, per_token=_Samples(self.settings.window))
+            m = self._drafters[name] = _DrafterModel(free=free, per_token=_Samples(self.settings.window),
+                                                     catchup=_Samples(self.settings.window))
         return m
 
     def _source(self, name: str) -> _Realized:
@@ -209,14 +244,89 @@ class DraftController:
         s.decay_to(self.round, self.settings.decay)
         return s
 
+    def verify_s(self, k: int) -> float | None:
+        """V(K): seconds of a round verifying K drafts, drafting excluded (None: a not measured)."""
+        a = self.base_s()
+        if a is None:
+            return None
+        if k <= 0:
+            return a
+        v0, v = self._verify_line(a)
+        return a + v0 + v * k
+
+    def _verify_line(self, a: float) -> tuple[float, float]:
+        """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (docstring)."""
+        key = (self.round, a, tuple((k, len(x)) for k, x in self._verify.items()))
+        if self._fit_memo[0] == key:
+            return self._fit_memo[1]
+        pts = [(1.0, a * (_V0 + _V1), 1.0), (8.0, a * (_V0 + 8 * _V1), 1.0)]  # (K, V(K) - a, weight)
+        for k, samples in self._verify.items():
+            m = samples.median(self.round, 2 * self.settings.retry)
+            if m is not None:
+                pts.append((float(k), m - a, float(min(len(samples), 4))))
+        sw = sum(w for _, _, w in pts)
+        sk = sum(w * k for k, _, w in pts)
+        skk = sum(w * k * k for k, _, w in pts)
+        sy = sum(w * y for _, y, w in pts)
+        sky = sum(w * k * y for k, y, w in pts)
+        det = sw * skk - sk * sk
+        v = (sw * sky - sk * sy) / det if det > 0 else 0.0
+        v0 = (sy - v * sk) / sw
+        if v < 0.0:  # more rows never cost less: a flat line through the mean
+            v, v0 = 0.0, sy / sw
+        if v0 < 0.0:  # nor does the first: a line through the origin
+            v0, v = 0.0, max(0.0, sky / skk)
+        self._fit_memo = (key, (v0, v))
+        return v0, v
+
     def per_token_s(self, name: str) -> float | None:
-        """b_d: what each drafted token adds to a round, seconds (None: no drafter of that name)."""
+        """b_d: draft seconds per token drafter `name` proposes (None: no drafter of that name)."""
         m = self._drafters.get(name)
         a = self.base_s()
         if m is None or a is None:
             return None
         b = m.per_token.median(self.round, 2 * self.settings.retry)
         return b if b is not None else m.b_prior * a
+
+    def catchup_s(self, name: str) -> float | None:
+        """u_d: seconds a draft model takes to catch up on one token of history it missed."""
+        m = self._drafters.get(name)
+        a = self.base_s()
+        if m is None or a is None:
+            return None
+        if not self.timed:
+            return _U_MODEL * a
+        u = m.catchup.median(self.round, 2 * self.settings.retry)
+        return u if u is not None else _U_MODEL * a
+
+    def prior_rate(self, name: str, *, lo: int, cap: int) -> float | None:
+        """The best E(K) / T(K) with the measured costs and the prior accept rate alpha0."""
+        a, b = self.base_s(), self.per_token_s(name)
+        if a is None or b is None or cap < lo:
+            return None
+        alpha = self._drafters[name].alpha0
+        return max(sum(alpha**i for i in range(k + 1)) / max(self.verify_s(k) + k * b, 1e-12)  # type: ignore[operator]
+                   for k in range(lo, cap + 1))
+
+    def wants(self, name: str) -> bool:
+        """Should draft model `name` be prefilled with a new prompt? Yes when it may run soon:
+        never run, the best source when last chosen, or due for a retry (a retry at the start of
+        a prompt costs no catch-up). No when it loses and was tried lately: its prefill would be
+        a catch-up paid for nothing (prefill of a 200-token prompt: ~0.56 s for SmolLM2 Q4_1)."""
+        s = self._sources.get(name)
+        if s is None or s.last is None:
+            return True
+        return name == self._leader or self.round - s.last >= self.settings.retry
+
+    def _pays(self, name: str, backlog: int, rate: float, other: float, remaining: int) -> bool:
+        """Does running `name` at `rate` instead of the best other source at `other` tokens/s save,
+        over `remaining` tokens, what catching up on `backlog` tokens costs?"""
+        if backlog <= SYNCED:
+            return True
+        if rate <= 0 or other <= 0 or rate <= other:
+            return False
+        u = self.catchup_s(name) or 0.0
+        return remaining * (1.0 / other - 1.0 / rate) >= (backlog - SYNCED) * u
 
     def prefix_accept(self, name: str, n: int) -> list[float]:
         """pi_d(1..n): P(the first i drafts of `name` are all accepted), i = 1..n."""
@@ -243,7 +353,7 @@ class DraftController:
         for k in range(1, cap + 1):
             e += pis[k - 1]
             if k >= lo:
-                rate = e / max(a + k * b, 1e-12)
+                rate = e / max(self.verify_s(k) + k * b, 1e-12)  # type: ignore[operator]
                 if best is None or rate > best[1] + 1e-12:
                     best = (k, rate)
         return best
@@ -260,10 +370,12 @@ class DraftController:
     # ---- the decision -------------------------------------------------------------------------
 
     def choose(
-        self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int = 0, allow_none: bool = True
+        self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int = 0, allow_none: bool = True,
+        remaining: int | None = None,
     ) -> Choice:
         """This round's drafter and length. `draft_max`: the most tokens this round may draft;
-        `allow_none`: False never chooses the target alone while a drafter can propose."""
+        `allow_none`: False never chooses the target alone while a drafter can propose;
+        `remaining`: tokens the generation may still emit (weighs a catch-up against its gain)."""
         lo = max(1, draft_min)
         options: dict[str, tuple[int, float | None]] = {}  # source -> (K, modelled rate)
         caps: dict[str, int] = {NONE: 0}
@@ -286,6 +398,24 @@ class DraftController:
             self._recheck = False
             return Choice(None, 0, retry=True)
         rates = {n: self.throughput(n, r) or 0.0 for n, (_, r) in options.items()}
+        self._leader = max(rates, key=lambda n: rates[n])
+        # a draft model that missed rounds runs only where its catch-up pays (see the docstring)
+        horizon = _HORIZON if remaining is None else remaining
+        backlog = {c.name: c.backlog for c in drafters  # (one never run is tried once whatever it costs)
+                   if not c.free and c.name in options and c.backlog > SYNCED and self._source(c.name).last is not None}
+        for n in backlog:
+            other = max((r for m, r in rates.items() if m != n and m not in backlog), default=0.0)
+            if other <= 0.0:
+                continue  # nothing else may run: the catch-up cannot be avoided
+            if not self._pays(n, backlog[n], rates[n], other, horizon):
+                optimistic = max(rates[n], self.prior_rate(n, lo=lo, cap=caps[n]) or 0.0)
+                if not self._pays(n, backlog[n], optimistic, other, horizon):
+                    del options[n]  # not even a retry pays now: due again at the next prompt
+                else:
+                    rates[n] = min(rates[n], other * (1 - 1e-9))  # a retry may run it, the estimates not
+        if len(options) == 1:
+            name, (k, _) = next(iter(options.items()))
+            return Choice(None if name == NONE else name, k)
         # retry: a source never run, or not run for `retry` rounds, runs now (longest waiting
         # first); a retry that beat the others runs again (`confirm` rounds at most)
         waits = {n: (math.inf if self._source(n).last is None else self.round - self._source(n).last)
@@ -294,9 +424,12 @@ class DraftController:
         again, self._confirm = self._confirm, None
         if waits[oldest] < self.settings.retry and again is not None and again[0] in options:
             oldest, self._confirm = again[0], (again[0], again[1] - 1) if again[1] > 1 else None
+            self._confirming = True
         elif waits[oldest] < self.settings.retry:
             name = max(options, key=lambda n: rates[n])  # ties: the first drafter given, none last
             return Choice(None if name == NONE else name, options[name][0])
+        else:
+            self._confirming = False
         self._bar = max((r for n, r in rates.items() if n != oldest), default=0.0)
         self._probe = (lo, caps[oldest])
         return Choice(None if oldest == NONE else oldest, options[oldest][0], retry=True)
@@ -314,18 +447,22 @@ class DraftController:
         draft_s: float = 0.0,
         free: bool = False,
         scored: Mapping[str, tuple[int, int]] | None = None,
+        catchup_tokens: int = 0,
+        catchup_s: float = 0.0,
     ) -> None:
         """A round ended: `choice` ran, `drafted` tokens were verified, `accepted` kept, `emitted`
         tokens came out (accepted + 1) in `round_s` seconds (drafting, verify and our Python; not a
         draft model's catch-up), `draft_s` of them drafting. `free`: the chosen drafter is free.
         `scored`: for free drafters not chosen, (proposed, matched): their proposal and its prefix
-        equal to the emitted tokens."""
+        equal to the emitted tokens. `catchup_tokens` / `catchup_s`: the draft model caught up on
+        that many tokens of history first, in that many seconds (not part of `round_s`)."""
         st = self.settings
         name = choice.drafter
         if name is not None:
             model = self._model(name, free)
-            if not self.timed:
-                round_s, draft_s = 1.0 + drafted * model.b_prior, 0.0
+            if not self.timed:  # nominal costs: the priors, exactly
+                draft_s = drafted * model.b_prior
+                round_s = 1.0 + (_V0 + _V1 * drafted if drafted else 0.0) + draft_s
         elif not self.timed:
             round_s, draft_s = 1.0, 0.0
         a = self.base_s()
@@ -334,13 +471,16 @@ class DraftController:
         elif a is not None:  # bounds a from above
             self._bound.add(self.round, max(0.0, round_s - draft_s))
         if drafted > 0 and name is not None:
-            if a is None:  # no round of the target alone yet: infer a from the prior b
-                a = round_s / (1.0 + drafted * self._drafters[name].b_prior)
+            if a is None:  # no round of the target alone yet: infer a from the priors
+                a = max(0.0, round_s - draft_s) / (1.0 + _V0 + _V1 * drafted)
                 self._base.add(self.round, a)
             elif round_s < 0.5 * a:  # a verify of K+1 rows cannot cost half of one row's
                 self._recheck = True
-            self._drafters[name].per_token.add(self.round, max(0.0, (round_s - a) / drafted))
+            self._drafters[name].per_token.add(self.round, max(0.0, draft_s) / drafted)
+            self._verify.setdefault(drafted, _Samples(st.window)).add(self.round, max(0.0, round_s - draft_s))
             self._record_accepts(name, drafted, accepted, emitted)
+        if name is not None and catchup_tokens > SYNCED and self.timed:
+            self._model(name, free).catchup.add(self.round, catchup_s / catchup_tokens)
         for other, (proposed, matched) in (scored or {}).items():
             if other != name and proposed > 0:
                 self._model(other, True)
@@ -349,7 +489,7 @@ class DraftController:
         src = self._source(NONE if name is None else name)
         a = self.base_s() or round_s
         b = self.per_token_s(name) if name is not None else 0.0
-        cap = st.winsor * (a + drafted * (b or 0.0))
+        cap = st.winsor * ((self.verify_s(drafted) or a) + drafted * (b or 0.0))
         src.tokens += emitted
         src.seconds += min(round_s, cap)
         src.last = self.round
@@ -363,7 +503,7 @@ class DraftController:
             rate = self.throughput(NONE if name is None else name, prior) or 0.0
             if rate <= self._bar:
                 self._confirm = None
-            elif self._confirm is None:
+            elif self._confirm is None and not self._confirming:  # `confirm` rounds, not a chain
                 self._confirm = (NONE if name is None else name, st.confirm)
 
     def _decay_accepts(self, m: _DrafterModel) -> None:

@@ -31,6 +31,7 @@ class Draft:
     decode_s: float = 0.0  # time spent in the draft model's decode calls
     catchup_s: float = 0.0  # part of decode_s spent catching up on history (several tokens at once)
     decode_calls: int = 0  # draft decode calls outside catch-up (one per drafted token, roughly)
+    catchup_tokens: int = 0  # history tokens decoded in catch-up (in catchup_s)
 
 
 class Drafter(Protocol):
@@ -41,6 +42,10 @@ class Drafter(Protocol):
 
     def prefill(self, prompt: Sequence[int]) -> float:
         """Prepare for a new sequence; returns seconds spent decoding."""
+        ...
+
+    def backlog(self, history: Sequence[int]) -> int:
+        """History tokens it must decode before it can draft (0 for a free drafter)."""
         ...
 
     def propose(
@@ -59,6 +64,15 @@ class Drafter(Protocol):
         ...
 
     def reset(self) -> None: ...
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 # ---- draft length --------------------------------------------------------------------------
@@ -113,13 +127,13 @@ class ModelDrafter:
         self.ctx.decode(self._sync(prompt[:-1]), logits="none")
         return clock.now() - t
 
+    def backlog(self, history: Sequence[int]) -> int:
+        return len(history) - common_prefix(self.ctx.tokens, history)
+
     def _sync(self, history: Sequence[int]) -> list[int]:
         """Roll the KV cache back to the shared prefix; return the history tokens still to decode."""
         kv = self.ctx.tokens
-        n = min(len(kv), len(history))
-        m = 0
-        while m < n and kv[m] == history[m]:
-            m += 1
+        m = common_prefix(kv, history)
         if m < len(kv):
             self.ctx.truncate(m)
         return list(history[m:])
@@ -147,7 +161,7 @@ class ModelDrafter:
         tokens: list[int] = []
         q_rows: list[np.ndarray | None] = []
         decode_s = catchup_s = 0.0
-        calls = 0
+        calls = caught_up = 0
         sampled = sampled and not sampling.greedy
         while True:
             t = clock.now()
@@ -156,6 +170,7 @@ class ModelDrafter:
             decode_s += dt
             if len(pending) > 2:  # history the cache missed during a pause (a full accept leaves 2)
                 catchup_s += dt
+                caught_up += len(pending)
             else:
                 calls += 1
             if len(tokens) == draft_len:
@@ -179,7 +194,7 @@ class ModelDrafter:
             if len(tokens) == draft_len:
                 break  # the last drafted token is never decoded by the draft
             pending = [tok]
-        return Draft(tuple(tokens), tuple(q_rows), decode_s, catchup_s, calls)
+        return Draft(tuple(tokens), tuple(q_rows), decode_s, catchup_s, calls, caught_up)
 
 
 # ---- prompt lookup -------------------------------------------------------------------------
@@ -210,6 +225,9 @@ class LookupDrafter:
     def prefill(self, prompt: Sequence[int]) -> float:
         self.reset()
         return 0.0
+
+    def backlog(self, history: Sequence[int]) -> int:
+        return 0
 
     def _update(self, history: Sequence[int]) -> None:
         # Histories only grow between rounds; a different one (new request) rebuilds the index.

@@ -21,7 +21,7 @@ import numpy as np
 from ggufspec import clock
 from ggufspec.acceptance import AcceptRule, Variant, accept_greedy, accept_match, accept_rejection
 from ggufspec.control import Candidate, Choice, DraftController
-from ggufspec.drafters import Draft, Drafter, DraftLengthSettings
+from ggufspec.drafters import Draft, Drafter, DraftLengthSettings, common_prefix
 from ggufspec.errors import UserError
 from ggufspec.sampling import SamplingSettings, probabilities, sample
 from ggufspec.stats import RunStats
@@ -229,7 +229,10 @@ def _steps(
         for d in drafters:
             d.reset()
     for d in drafters:
-        d.prefill(prompt)  # a model drafter keeps what its cache shares with the prompt
+        # a model drafter keeps what its cache shares with the prompt; one the controller does
+        # not expect to run soon is not prefilled (it catches up if it is chosen after all)
+        if controller is None or getattr(d, "free", False) or controller.wants(d.name):
+            d.prefill(prompt)
     target.decode(prompt[cached:], logits="last")
     first = _pick(target.logits(-1), sampling, rng)
     t_first = clock.now()
@@ -294,6 +297,7 @@ def _steps(
             draft_tokens: tuple[int, ...] = ()
             q_rows: tuple = ()
             round_draft_s = catchup_s = 0.0
+            caught_up = 0
             if drafters and draft_max > 0:
                 if controller is None:  # --fixed: the first drafter, draft_max every round
                     choice = Choice(drafters[0].name, draft_max)
@@ -307,9 +311,9 @@ def _steps(
                             )
                             candidates.append(Candidate(d.name, free=True, match_len=len(p.tokens)))
                         else:
-                            candidates.append(Candidate(d.name))
+                            candidates.append(Candidate(d.name, backlog=d.backlog(history)))
                     choice = controller.choose(drafters=candidates, draft_max=draft_max, draft_min=lengths.draft_min,
-                                               allow_none=not lengths.always_draft)
+                                               allow_none=not lengths.always_draft, remaining=remaining)
                     # paused: the target alone by choice, not for want of a proposal
                     paused += choice.drafter is None and any(
                         c.match_len is None or c.match_len >= max(1, lengths.draft_min) for c in candidates)
@@ -324,6 +328,7 @@ def _steps(
                             sampling=sampling, rng=rng,
                         )
                     catchup_s = d.catchup_s  # catching up on history it missed is not this round's drafting
+                    caught_up = d.catchup_tokens
                     round_draft_s = d.decode_s - d.catchup_s
                     draft_s += d.decode_s
                     if len(d.tokens) >= lengths.draft_min:
@@ -344,7 +349,8 @@ def _steps(
                 tok = _pick(target.logits(0), sampling, rng)
                 if controller is not None and choice is not None:
                     _observe(controller, choice, proposals, drafted=0, accepted=0, emitted=[tok],
-                             round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s)
+                             round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s,
+                             catchup=(caught_up, catchup_s))
                 pending = [(tok, Source.TARGET)]
                 continue
             if rule is AcceptRule.GREEDY:
@@ -367,7 +373,8 @@ def _steps(
                 accepted_at[i] += i < n
             if controller is not None and choice is not None:
                 _observe(controller, choice, proposals, drafted=kd, accepted=n, emitted=[*draft_tokens[:n], verdict.token],
-                         round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s)
+                         round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s,
+                         catchup=(caught_up, catchup_s))
             proposer = choice.drafter if choice is not None else None
             pending = [(x, Source.DRAFT) for x in draft_tokens[:n]]
             pending.append((verdict.token, Source.BONUS if verdict.bonus else Source.CORRECTION))
@@ -379,25 +386,17 @@ def _steps(
         gen.stats = stats()
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 def _observe(
     controller: DraftController, choice: Choice, proposals: dict[str, Draft], *, drafted: int, accepted: int,
-    emitted: Sequence[int], round_s: float, draft_s: float,
+    emitted: Sequence[int], round_s: float, draft_s: float, catchup: tuple[int, float] = (0, 0.0),
 ) -> None:
     """Tell the controller how the round went, and score the free drafters it did not pick against
     the tokens the target emitted (full information: no extra target call)."""
     scored = {name: (len(p.tokens), common_prefix(p.tokens, emitted))
               for name, p in proposals.items() if name != choice.drafter}
     controller.observe(choice=choice, drafted=drafted, accepted=accepted, emitted=len(emitted), round_s=round_s,
-                       draft_s=draft_s, free=choice.drafter in proposals, scored=scored)
+                       draft_s=draft_s, free=choice.drafter in proposals, scored=scored,
+                       catchup_tokens=catchup[0], catchup_s=catchup[1])
 
 
 def _pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generator) -> int:
