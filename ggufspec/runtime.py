@@ -233,6 +233,7 @@ class SpeculativePair:
         speculative: SpeculativeSettings = SpeculativeSettings(),
         stop: Sequence[str] = (),
         cache_prompt: bool = True,
+        controller: DraftController | None = None,
     ) -> Generation:
         """Start a generation (iterate it for steps, or `.run()` it).
 
@@ -244,6 +245,8 @@ class SpeculativePair:
                 target's KV cache (and the drafter's) holds from earlier generations, and decode
                 only the rest (`stats.cached_tokens` says how many were reused); False: clear
                 the caches and decode the whole prompt.
+            controller: the draft controller to use and teach (default: the pair's own, kept
+                across its generations); the bench gives each configuration its own.
         """
         given = sum(x is not None for x in (prompt, messages, prompt_tokens))
         if given != 1:
@@ -258,7 +261,7 @@ class SpeculativePair:
             sampling=sampling,
             speculative=speculative,
             stop=stop,
-            controller=self.controller,
+            controller=self.controller if controller is None else controller,
             cache_prompt=cache_prompt,
         )
 

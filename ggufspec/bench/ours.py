@@ -27,6 +27,9 @@ class Ours:
         self.pair = load_pair(target=plan.target, draft="none", settings=settings)
         # every drafter loaded once, owned by the pair (drafts keep an f16 KV cache)
         self.drafters: dict[str, Any] = {d.label: self.pair.load_drafter(d.ref) for d in plan.drafts}
+        # one controller per configuration, kept across its prompts: what a user running that
+        # configuration would have (shared, one configuration's rounds would steer another's)
+        self.controllers: dict[str, Any] = {}
         self.paths: dict[str, Path] = {d.label: Path(self.pair.draft_name(self.drafters[d.label]))
                                        for d in plan.drafts if d.ref != LOOKUP}
         self.tokens: dict[str, list[int]] = {}
@@ -68,9 +71,13 @@ class Ours:
                 length=DraftLengthSettings(draft_max=cfg.draft_max, fixed=cfg.fixed, always_draft=cfg.always_draft),
             )
             drafters = tuple(self.drafters[label] for label in cfg.draft.split("+"))  # "Q4_1+lookup": both
+        from ggufspec.control import DraftController
+
+        controller = self.controllers.setdefault(cfg.name, DraftController())
         gen = self.pair.generate(
             prompt_tokens=self.tokens[prompt.id], drafters=drafters, max_tokens=self.plan.max_tokens,
             sampling=sampling, speculative=spec, cache_prompt=False,  # every run prefills cold
+            controller=controller,
         ).run()
         # a round that rejected ends with the target's correction token
         rejections = sum(1 for s in gen.sources if s is Source.CORRECTION)
