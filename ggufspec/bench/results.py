@@ -34,6 +34,8 @@ class RunRecord:
     rejections: int = 0
     rounds: int = 0
     paused_rounds: int = 0  # rounds the controller ran the target alone
+    k_hist: dict[int, int] = field(default_factory=dict)  # rounds per drafted length
+    drafter_rounds: dict[str, int] = field(default_factory=dict)  # rounds per chosen drafter ("none")
     draft_s: float = 0.0
     verify_s: float = 0.0
     overhead_s: float = 0.0

@@ -188,7 +188,7 @@ def _run_one(eng: _Engines, cfg: Config, prompt: BenchPrompt, *, repeat: int, pr
             return RunRecord(
                 **base, generated_tokens=s.generated_tokens, gen_tps=s.gen_tps, prompt_tps=s.prompt_tps,
                 gen_s=s.gen_s, drafted=s.drafted, accepted=s.accepted, rejections=rejections, rounds=s.rounds,
-                paused_rounds=s.paused_rounds,
+                paused_rounds=s.paused_rounds, k_hist=dict(s.k_hist), drafter_rounds=dict(s.drafter_rounds),
                 draft_s=s.draft_s, verify_s=s.verify_s, overhead_s=s.overhead_s, drafted_at=list(s.drafted_at),
                 accepted_at=list(s.accepted_at), stop_reason=s.stop_reason, identical=identical,
             )

@@ -40,7 +40,8 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
 CSV_FIELDS = [
     "config", "engine", "draft", "k", "adaptive", "accept", "temperature", "prompt_id", "category", "repeat",
     "order", "prompt_tokens", "generated_tokens", "gen_tps", "prompt_tps", "gen_s", "drafted", "accepted",
-    "rejections", "rounds", "paused_rounds", "draft_s", "verify_s", "overhead_s", "stop_reason", "identical", "error",
+    "rejections", "rounds", "paused_rounds", "k_hist", "drafter_rounds", "draft_s", "verify_s", "overhead_s",
+    "stop_reason", "identical", "error",
 ]
 
 
@@ -67,7 +68,8 @@ def write_csv(result: BenchResult, path: Path) -> Path:
     w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
     w.writeheader()
     for r in result.runs:
-        w.writerow({k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(r).items()})
+        w.writerow({k: (round(v, 6) if isinstance(v, float) else json.dumps(v, separators=(",", ":"))
+                        if isinstance(v, dict) else v) for k, v in asdict(r).items()})
     return write_atomic(path, f.getvalue())
 
 
