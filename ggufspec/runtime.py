@@ -308,12 +308,12 @@ class SpeculativePair:
         from ggufspec.slots import Activity, Slot
 
         n = self.settings.parallel
-        multi = getattr(self.target_ctx, "_owner", None)
+        multi = getattr(self.target_ctx, "multi", None)
         if n > 1 and multi is None:
             raise RuntimeError("a pair with parallel > 1 holds a multi-sequence target context")
         activity = Activity()
         model_drafters = [d for d in self.drafters if isinstance(d, ModelDrafter)]
-        draft_multis = [d.ctx._owner for d in model_drafters] if n > 1 else []  # type: ignore[attr-defined]
+        draft_multis = [d.ctx.multi for d in model_drafters] if n > 1 else []  # type: ignore[attr-defined]
         slots: list[Slot] = []
         for i in range(n):
             if i == 0:
@@ -321,7 +321,7 @@ class SpeculativePair:
             else:
                 target, controller = multi.views[i], DraftController()
                 drafters = tuple(
-                    ModelDrafter(d.ctx._owner.views[i], name=d.name) if isinstance(d, ModelDrafter)  # type: ignore[attr-defined]
+                    ModelDrafter(d.ctx.multi.views[i], name=d.name) if isinstance(d, ModelDrafter)  # type: ignore[attr-defined]
                     else LookupDrafter(self.settings.lookup) if isinstance(d, LookupDrafter) else d
                     for d in self.drafters
                 )

@@ -13,14 +13,16 @@ again once it is alone. `always_draft` requests keep drafting. Greedy output is 
 either way (batch-invariant kernels make a row's logits independent of its batch).
 
 `pick_slot` chooses, as llama-server does, the free slot whose cached tokens share the longest
-prefix with the prompt.
+prefix with the prompt; when even that one shares less than half of the prompt (llama-server's
+--slot-prompt-similarity 0.5), the least recently used free slot, so a new conversation does not
+evict another's cache for a shared chat-template header.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Sequence
 
 from ggufspec.batcher import Batcher
 from ggufspec.control import DraftController
@@ -30,22 +32,20 @@ from ggufspec.sampling import SamplingSettings
 from ggufspec.target import Target
 
 
-class Busy(Protocol):
-    """How many slots are generating (shared by a pair's slots)."""
-
-    def active(self) -> int: ...
-
-
 @dataclass(eq=False)
 class Activity:
     """Counts the slots that are generating."""
 
     _n: int = 0
+    _ticks: int = 0  # generations started, for least-recently-used order
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def enter(self) -> None:
+    def enter(self) -> int:
+        """One more slot generating; returns a tick that orders generation starts."""
         with self._lock:
             self._n += 1
+            self._ticks += 1
+            return self._ticks
 
     def exit(self) -> None:
         with self._lock:
@@ -67,6 +67,7 @@ class Slot:
     draft_batchers: tuple[Batcher, ...]  # the draft models' (this slot joins them while it drafts)
     activity: Activity
     controller: DraftController = field(default_factory=DraftController)
+    last_used: int = 0  # Activity tick of its latest generation (0: never used)
 
     @property
     def tokens(self) -> Sequence[int]:
@@ -117,7 +118,7 @@ class _Tracked(Generation):
     def __next__(self):  # type: ignore[override]
         if not self._started:
             self._started = True
-            self._slot.activity.enter()
+            self._slot.last_used = self._slot.activity.enter()
             if self._slot.batcher is not None:
                 self._slot.batcher.join(self._slot.index)
         try:
@@ -153,8 +154,16 @@ class _Tracked(Generation):
             self._slot.activity.exit()
 
 
+#: below this share of the prompt found in a slot's cache, take the least recently used slot
+SIMILARITY = 0.5
+
+
 def pick_slot(free: Sequence[Slot], prompt: Sequence[int]) -> Slot:
-    """The free slot whose cache shares the longest prefix with `prompt` (ties: the lowest index)."""
+    """The free slot whose cache shares the longest prefix with `prompt` (ties: the lowest index),
+    unless it shares less than `SIMILARITY` of the prompt: then the least recently used one."""
     if not free:
         raise ValueError("no free slot")
-    return max(free, key=lambda s: (common_prefix(s.tokens, prompt), -s.index))
+    best = max(free, key=lambda s: (common_prefix(s.tokens, prompt), -s.index))
+    if prompt and common_prefix(best.tokens, prompt) >= SIMILARITY * len(prompt):
+        return best
+    return min(free, key=lambda s: (s.last_used, s.index))

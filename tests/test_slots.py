@@ -220,6 +220,12 @@ PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
 @pytest.mark.parametrize("always_draft", [False, True])
 def test_concurrent_slots_give_the_target_alone_token_for_token(always_draft: bool) -> None:
     slots, target, draft, _ = _slots(4)
+    # every slot counts as generating from the start (as each will once it starts), so the first
+    # decodes wait for all four however the threads get scheduled: merging is certain. (Drafting
+    # slots also wait in the draft batcher: there a long wait would stall them against each other.)
+    target.batcher.max_wait_s = 0.05 if always_draft else 5.0
+    for i in range(4):
+        target.batcher.join(i)
     out: dict[int, list[int]] = {}
 
     def run(i: int) -> None:
@@ -256,6 +262,7 @@ def test_a_slot_runs_the_target_alone_while_another_generates() -> None:
     assert alone.stats.drafted > 0  # alone again: drafting again
     assert busy.tokens == forced.tokens == alone.tokens
     assert activity.active() == 0
+    assert (slots[0].last_used, slots[1].last_used) == (4, 3)  # ticks of their latest generations (1: the manual enter)
 
 
 def test_a_closed_generation_leaves_the_batchers() -> None:
@@ -279,13 +286,18 @@ def test_each_slot_has_its_own_lookup_state() -> None:
     assert gen.tokens == greedy_reference(lm, VOCAB, [1, 2, 1, 2, 1], max_tokens=20, n_ctx=256)
 
 
-def test_pick_slot_prefers_the_longest_cached_prefix() -> None:
+def test_pick_slot_prefers_the_longest_cached_prefix_else_the_least_recently_used() -> None:
     slots, _, _, _ = _slots(3)
     slots[1].target.fake.kv.extend([5, 6, 7, 8])
     slots[2].target.fake.kv.extend([5, 6, 9])
+    slots[0].last_used, slots[1].last_used, slots[2].last_used = 3, 1, 2
     assert pick_slot(slots, [5, 6, 7, 1]).index == 1
     assert pick_slot(slots, [5, 6, 9, 9]).index == 2
-    assert pick_slot(slots, [1, 2]).index == 0  # no shared prefix: the lowest index
     assert pick_slot([slots[2], slots[0]], [5, 6, 7]).index == 2  # among the free ones only
+    # less than half the prompt cached anywhere: the least recently used slot, not the longest prefix
+    assert pick_slot(slots, [5, 1, 2, 3, 4]).index == 1
+    assert pick_slot([slots[0], slots[2]], [1, 2]).index == 2
+    slots[0].last_used = slots[2].last_used = 0
+    assert pick_slot(slots, []).index == 0  # never used, lowest index
     with pytest.raises(ValueError):
         pick_slot([], [1])

@@ -150,6 +150,11 @@ class SeqView:
         self._rows: dict[int, np.ndarray] = {}
 
     @property
+    def multi(self) -> MultiContext:
+        """The context this sequence lives in (its other sequences are the other slots')."""
+        return self._owner
+
+    @property
     def n_past(self) -> int:
         return len(self._tokens)
 

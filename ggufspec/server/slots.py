@@ -3,7 +3,8 @@
 Each slot (ggufspec.slots) is one sequence in the pair's multi-sequence contexts, with its own
 thread: it runs one generation at a time, as `worker.Worker`'s one thread does, and the
 contexts' batchers merge the slots' decodes. A request goes to the free slot whose cached tokens
-share the longest prefix with its prompt (llama-server's choice); with no slot free it waits in
+share the longest prefix with its prompt, or the least recently used one when none shares half of
+it (llama-server's choice); with no slot free it waits in
 the line, and with the line full it gets 429 with Retry-After. Cancellation, errors, shutdown and a
 lost RPC worker behave as in `worker.Worker`, per slot. `--parallel 1` keeps `worker.Worker`.
 """
@@ -137,28 +138,33 @@ class SlotWorker:
                     return
                 job = self._assigned[slot.index]
             t0 = time.perf_counter()
+            last: tuple[str, object] | None = None
             try:
                 if not job.cancel.is_set():
-                    self._generate(slot, job)
+                    last = self._generate(slot, job)
             except Exception as exc:  # never let one request kill the slot
                 log.exception("generation failed")
-                job.emit("error", APIError(500, f"generation failed: {type(exc).__name__}: {exc}",
-                                           type="server_error", code="internal_error"))
+                last = ("error", APIError(500, f"generation failed: {type(exc).__name__}: {exc}",
+                                          type="server_error", code="internal_error"))
             finally:
+                # The slot is free BEFORE the client hears the end: its next request (a conversation's
+                # next turn) then finds this slot's cache free, not busy for a moment.
                 with self._cond:
                     del self._assigned[slot.index]
                     self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - t0)
                     if not self._stopping:
                         self._dispatch()
+            if last is not None:
+                job.emit(*last)
 
-    def _generate(self, slot: Slot, job: Job) -> None:
+    def _generate(self, slot: Slot, job: Job) -> tuple[str, object]:
+        """Run the job on the slot, emitting its text; returns its last event (sent once the slot is free)."""
         started = time.perf_counter()
         self.metrics.queue_wait.observe(started - job.enqueued)
         try:
             gen = adapter.start_generation(self.pair, job.request, slot=slot)
         except UserError as exc:
-            job.emit("error", invalid(str(exc)))
-            return
+            return ("error", invalid(str(exc)))
         first = True
         try:
             for step in gen:
@@ -174,6 +180,5 @@ class SlotWorker:
         if gen.stats is not None:
             self.metrics.record(gen.stats)
         if self._stopping and job.cancel.is_set():
-            job.emit("error", shutting_down())
-        else:
-            job.emit("end", gen.stats)
+            return ("error", shutting_down())
+        return ("end", gen.stats)
