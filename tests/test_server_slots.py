@@ -114,13 +114,13 @@ def alone(tiny_target_q8: Path):
     """The target alone in-process (--parallel 1), every prompt decoded cold: what greedy text must be."""
     pair = load_pair(target=tiny_target_q8, draft="none", settings=PairSettings(context=SETTINGS))
 
-    def run(*, prompt=None, messages=None, max_tokens: int, after: list[dict] | None = None) -> str:
+    def run(*, prompt=None, messages=None, max_tokens: int, after: list[dict] | None = None, stop=()) -> str:
         """`after`: first run those messages cold, then this request reusing their cache (what a
         --parallel 1 server does for a conversation's next turn)."""
         if after is not None:
             pair.generate(messages=after, max_tokens=max_tokens, drafters=(), cache_prompt=False).run()
         tokens = pair.encode(prompt=prompt, messages=messages)
-        return pair.generate(prompt_tokens=tokens, max_tokens=max_tokens, drafters=(),
+        return pair.generate(prompt_tokens=tokens, max_tokens=max_tokens, drafters=(), stop=list(stop),
                              cache_prompt=after is not None).run().text
 
     yield run
@@ -155,6 +155,19 @@ def test_concurrent_greedy_requests_give_the_target_alone(slotted: Slotted, alon
     assert target1 > target0  # the slots' decodes did go out together
     if always_draft and slotted.pair.draft_path is not None:
         assert draft1 > draft0  # ... and their drafts too
+
+
+def test_stop_strings_per_slot(slotted: Slotted, alone) -> None:
+    """Each concurrent request ends at its own stop string, as the target alone does."""
+    full = [alone(prompt=p, max_tokens=40) for p in PROMPTS]
+    stops = [text[len(text) // 2: len(text) // 2 + 3] for text in full]  # a string from each one's middle
+    bodies = [(C, {"prompt": p, "max_tokens": 40, "temperature": 0, "stop": [stop], "stream": i == 1})
+              for i, (p, stop) in enumerate(zip(PROMPTS, stops))]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        got = list(pool.map(lambda pb: slotted.text(*pb), bodies))
+    for (_, body), text, whole in zip(bodies, got, full):
+        assert text == alone(prompt=body["prompt"], max_tokens=40, stop=body["stop"])
+        assert len(text) < len(whole)
 
 
 def test_a_cancelled_slot_leaves_the_others_intact(slotted: Slotted, alone) -> None:
