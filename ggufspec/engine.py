@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -130,6 +130,7 @@ def generate(
     stop: Sequence[str] = (),
     controller: DraftController | None = None,
     cache_prompt: bool = True,
+    drafting: Callable[[], bool] | None = None,
 ) -> Generation:
     """Generate from `prompt` with the target, sped up by `drafters` when given.
 
@@ -151,6 +152,9 @@ def generate(
             the whole prompt. Same output either way (a suffix decoded after a reused prefix
             gives the same cache as the whole prompt at once where the kernels are
             batch-invariant).
+        drafting: asked before each round; False runs that round with the target alone (a
+            server slot while other slots generate: batching them pays more than drafting).
+            None: always draft when the controller says so. Greedy output is the same either way.
 
     Returns:
         A `Generation` to iterate; its `stats` are set when it ends.
@@ -182,6 +186,7 @@ def generate(
     gen = Generation()
     gen._steps = _steps(
         gen, target, list(prompt), drafters, max_tokens, sampling, speculative, rule, stop, controller, cache_prompt,
+        drafting,
     )
     return gen
 
@@ -198,6 +203,7 @@ def _steps(
     stop: Sequence[str],
     controller: DraftController | None,
     cache_prompt: bool = True,
+    drafting: Callable[[], bool] | None = None,
 ) -> Iterator[Step]:
     rng = sampling.rng()
     model = target.model
@@ -298,7 +304,7 @@ def _steps(
             q_rows: tuple = ()
             round_draft_s = catchup_s = 0.0
             caught_up = 0
-            if drafters and draft_max > 0:
+            if drafters and draft_max > 0 and (drafting is None or drafting()):
                 if controller is None:  # --fixed: the first drafter, draft_max every round
                     choice = Choice(drafters[0].name, draft_max)
                 else:

@@ -14,6 +14,7 @@ default draft model and lookup when no target is named either, else the target a
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -29,6 +30,7 @@ from ggufspec.settings import ContextSettings, ModelSettings, PairSettings
 
 if TYPE_CHECKING:
     from ggufspec.ggufinfo import ModelInfo
+    from ggufspec.slots import Slot
     from ggufspec.llama.context import Context
     from ggufspec.llama.model import Model
     from ggufspec.plan.split import DeviceLayers
@@ -155,6 +157,9 @@ class SpeculativePair:
     _drafters: dict[int, tuple[Drafter, Path | None, object, object]] = field(default_factory=dict, repr=False)
     # the draft controller's estimates, kept across generations (learned once per pair)
     controller: DraftController = field(default_factory=DraftController, repr=False)
+    # settings.parallel > 1: serializes every llama.cpp call of the multi-sequence contexts
+    _llama_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _slots: list[Slot] | None = field(default=None, repr=False)
 
     def draft_name(self, drafter: Drafter | None) -> str:
         """"none", "lookup" or the draft model's path."""
@@ -189,8 +194,16 @@ class SpeculativePair:
 
         model = Model(path, settings=draft_load)
         # the draft's numerics never reach the output: "auto" keeps its faster f16 cache
-        ctx = Context(model, settings=self.settings.context.with_cache_type("f16"))
-        ctx.warmup()
+        draft_ctx = self.settings.context.with_cache_type("f16")
+        if self.settings.parallel > 1:  # one sequence per slot; the pair's drafter drafts on slot 0's
+            from ggufspec.llama.multi import MultiContext
+
+            multi = MultiContext(model, settings=draft_ctx, n_seq=self.settings.parallel, lock=self._llama_lock)
+            multi.warmup()
+            ctx: Any = multi.views[0]
+        else:
+            ctx = Context(model, settings=draft_ctx)
+            ctx.warmup()
         # named by its file; a second draft of the same file gets "#2"
         taken = {d.name for d, *_ in self._drafters.values()}
         name = next(n for n in (path.stem, *(f"{path.stem}#{i}" for i in range(2, 100))) if n not in taken)
@@ -289,6 +302,40 @@ class SpeculativePair:
 
         return load_pair_session(self, path)
 
+    def slots(self) -> list[Slot]:
+        """The pair's `settings.parallel` slots (ggufspec.slots), built once: slot 0 is the pair's
+        own target context, drafters and controller; slot i > 0 has sequence i of every context,
+        its own drafters (same names) and controller. One generation per slot at a time."""
+        if self._slots is not None:
+            return self._slots
+        from ggufspec.slots import Activity, Slot
+
+        n = self.settings.parallel
+        multi = getattr(self.target_ctx, "multi", None)
+        if n > 1 and multi is None:
+            raise RuntimeError("a pair with parallel > 1 holds a multi-sequence target context")
+        activity = Activity()
+        model_drafters = [d for d in self.drafters if isinstance(d, ModelDrafter)]
+        draft_multis = [d.ctx.multi for d in model_drafters] if n > 1 else []  # type: ignore[attr-defined]
+        slots: list[Slot] = []
+        for i in range(n):
+            if i == 0:
+                target, drafters, controller = self.target_ctx, self.drafters, self.controller
+            else:
+                target, controller = multi.views[i], DraftController()
+                drafters = tuple(
+                    ModelDrafter(d.ctx.multi.views[i], name=d.name) if isinstance(d, ModelDrafter)  # type: ignore[attr-defined]
+                    else LookupDrafter(self.settings.lookup) if isinstance(d, LookupDrafter) else d
+                    for d in self.drafters
+                )
+            slots.append(Slot(
+                index=i, target=target, drafters=drafters, controller=controller, activity=activity,
+                batcher=multi.batcher if multi is not None else None,
+                draft_batchers=tuple(m.batcher for m in draft_multis),
+            ))
+        self._slots = slots
+        return slots
+
     def _all_drafters(self) -> list[Drafter]:
         drafters = [entry[0] for entry in self._drafters.values()]
         drafters += [d for d in self.drafters if all(d is not e for e in drafters)]
@@ -353,9 +400,17 @@ def load_pair(
     on_gpu = target_load.n_gpu_layers != 0 and any(d.kind == "gpu" for d in model_devices)
     ctx_settings: ContextSettings = settings.context.with_cache_type(auto_cache_type(target_info, on_gpu=on_gpu))
     target_model = Model(target_path, settings=target_load)
+    lock = threading.Lock()
     try:
-        target_ctx = Context(target_model, settings=ctx_settings)
-        target_ctx.warmup()
+        if settings.parallel > 1:  # one sequence per server slot (ggufspec.llama.multi)
+            from ggufspec.llama.multi import MultiContext
+
+            multi = MultiContext(target_model, settings=ctx_settings, n_seq=settings.parallel, lock=lock)
+            multi.warmup()
+            target_ctx: Any = multi.views[0]
+        else:
+            target_ctx = Context(target_model, settings=ctx_settings)
+            target_ctx.warmup()
     except BaseException:
         target_model.close()
         raise
@@ -365,6 +420,7 @@ def load_pair(
         inexact_greedy=greedy_exactness(target_info, on_gpu=on_gpu, cache_type=ctx_settings.cache_type_k,
                                         invariant_kernels=batch_invariant_kernels()),
         devices=_device_layers(target_info, target_load, draft_path, draft_load, model_devices),
+        _llama_lock=lock,
     )
     try:
         # every draft file was checked above: load them without reading them again

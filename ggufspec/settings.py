@@ -109,8 +109,12 @@ class PairSettings:
     offline: bool = False  # Hugging Face cache only (--offline)
     lookup: LookupSettings = field(default_factory=LookupSettings)
     rpc: tuple[str, ...] = ()  # RPC workers "HOST:PORT" (--rpc), llama.cpp devices before the GPUs
+    # sequences per context (serve --parallel): N KV caches of context.n_ctx tokens, one per slot
+    parallel: int = 1
 
     def __post_init__(self) -> None:
+        if not isinstance(self.parallel, int) or self.parallel < 1:
+            raise UserError(f"--parallel takes a slot count >= 1, got {self.parallel!r}")
         for flag, value in (("--ngl", self.n_gpu_layers), ("--ngld", self.n_gpu_layers_draft)):
             if value not in ("auto", "all") and (not isinstance(value, int) or value < 0):
                 raise UserError(f"{flag} takes a layer count >= 0, 'all' or 'auto', got {value!r}")

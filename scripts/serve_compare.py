@@ -7,7 +7,7 @@ Servers (all started at once, on 127.0.0.1, the same threads and context per seq
   llama-server+draft  llama-server -m T -md D --spec-type draft-simple --spec-draft-n-max K
   llama-server        llama-server -m T (no draft)
 llama-server gets the KV cache type ggufspec's target uses (exactness.auto_cache_type) and flash
-attention, as ggufspec's contexts have; `--parallel` slots as there are clients at most.
+attention, as ggufspec's contexts have; both get `--parallel` slots as there are clients at most.
 
 Workload: the built-in chat prompts (ggufspec/prompts/bench.jsonl, category chat), greedy, at each
 --tokens, by one client (one request after another) then by --clients at once (each client sends
@@ -93,7 +93,8 @@ def _servers(args, target: Path, draft: Path, exe: Path, cache_type: str) -> lis
     port = _free_port
     ours = Server("ggufspec", [sys.executable, "-m", "ggufspec.cli", "serve", "--target", str(target), "--draft",
                                str(draft), "--host", "127.0.0.1", "--port", "0", "--ctx", str(args.ctx),
-                               "--queue", str(2 * slots), "--log-level", "warning", *threads])
+                               "--parallel", str(slots), "--queue", str(2 * slots), "--log-level", "warning",
+                               *threads])
     common = ["-m", str(target), "--host", "127.0.0.1", "-c", str(args.ctx * slots), "-np", str(slots),
               "-fa", "on", "-ctk", cache_type, "-ctv", cache_type, "--no-webui"]
     if args.threads:

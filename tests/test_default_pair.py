@@ -157,3 +157,35 @@ def test_greedy_identical_past_256_tokens_of_context() -> None:
             out = pair.generate(prompt_tokens=tokens, max_tokens=64, drafters=[drafter], speculative=SpeculativeSettings(
                 length=DraftLengthSettings(draft_max=6, always_draft=True))).run()
             assert out.tokens == base.tokens
+
+
+@pytest.mark.parametrize("always_draft", [False, True], ids=["controller", "always-draft"])
+def test_concurrent_slots_identical_to_the_target_alone(default_pair, always_draft: bool) -> None:
+    """serve --parallel 4's library path on the real pair: 4 slots generating at once, their
+    target (and draft) decodes merged into one batch per step, each token-identical to the target
+    alone (the exact kernels: a row's logits do not depend on the rows beside it)."""
+    import threading
+
+    from ggufspec.sampling import SamplingSettings
+
+    prompts = [default_pair.encode(messages=[{"role": "user", "content": c}]) for c in CHAT[2:6]]
+    want = [default_pair.generate(prompt_tokens=p, max_tokens=24, drafters=(), cache_prompt=False).run().tokens
+            for p in prompts]
+    greedy = SamplingSettings(temperature=0)
+    spec = SpeculativeSettings(length=DraftLengthSettings(always_draft=always_draft))
+    with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=512), parallel=4)) as pair:
+        slots = pair.slots()
+        got: dict[int, list[int]] = {}
+
+        def run(i: int) -> None:
+            got[i] = slots[i].generate(prompt=prompts[i], max_tokens=24, sampling=greedy, speculative=spec).run().tokens
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        assert [got.get(i) for i in range(4)] == want
+        assert slots[0].batcher.merged > 0
+        if always_draft:
+            assert sum(b.merged for b in slots[0].draft_batchers) > 0

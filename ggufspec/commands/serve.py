@@ -10,7 +10,11 @@ share with the previous one (a conversation's next turn re-reads nothing);
 usage.prompt_tokens_details.cached_tokens says how many prompt tokens were reused, and a request
 may opt out with "cache_prompt": false (llama.cpp server's name).
 
-One generation runs at a time; up to --queue requests wait, and more get 429 with Retry-After.
+One generation runs at a time unless --parallel N: then N run at once, each in its own slot (its
+own KV caches and prefix cache; a request goes to the free slot sharing the longest prefix with
+its prompt), their decodes merged into one batch per step; while several slots generate, each
+runs the target alone (batching pays more than drafting), drafting again when alone. Up to
+--queue requests wait, and more get 429 with Retry-After.
 A client that disconnects stops its generation. With no --target/--draft, serves the embedded
 default pair. Binds 127.0.0.1 unless --host says otherwise. Needs the server extra:
 pip install 'ggufspec[server]'.
@@ -18,6 +22,7 @@ pip install 'ggufspec[server]'.
 examples:
   ggufspec serve
   ggufspec serve --target ./big.gguf --draft ./small.gguf --port 8000 --api-key "$KEY"
+  ggufspec serve --parallel 4
   curl -s localhost:8080/v1/chat/completions -d '{"messages":[{"role":"user","content":"hi"}]}'
 """
 
@@ -42,7 +47,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one and prints it)")
     s.add_argument("--api-key", metavar="KEY", default=os.environ.get("GGUFSPEC_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $GGUFSPEC_API_KEY, else no key)")
-    s.add_argument("--queue", type=int, default=8, metavar="N", help="requests that may wait while one generates (default 8); more get 429")
+    s.add_argument("--parallel", "-np", type=int, default=1, metavar="N",
+                   help="generations at once (default 1), their decodes batched; costs N KV caches of --ctx tokens "
+                        "each, for the target and every draft model")
+    s.add_argument("--queue", type=int, default=8, metavar="N", help="requests that may wait while every slot generates (default 8); more get 429")
     s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"), help="uvicorn log level")
     r = p.add_argument_group("runtime")
     add_rpc_argument(r)
@@ -88,12 +96,14 @@ def run(args: argparse.Namespace) -> int:
     set_verbose(args.llama_log)
     if not 0 <= args.port <= 65535:
         raise UserError(f"--port must be in [0, 65535], got {args.port}")
+    if args.parallel < 1:
+        raise UserError(f"--parallel must be >= 1, got {args.parallel}")
     if args.queue < 0:
         raise UserError(f"--queue must be >= 0, got {args.queue}")
     if args.api_key is not None and not args.api_key.strip():
         raise UserError("--api-key is empty; give a key or leave it out")
     settings = PairSettings(context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads), offline=args.offline,
-                            rpc=(args.rpc,) if args.rpc else ())
+                            rpc=(args.rpc,) if args.rpc else (), parallel=args.parallel)
     # the server's draft length; a request may change draft_max and always_draft
     draft_length = DraftLengthSettings(draft_p_min=args.draft_p_min, always_draft=args.always_draft)
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
@@ -108,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
         shown = f"[{host}]" if ":" in host else host
         err = sys.stderr
         err.write(
-            f"ggufspec serve: {name} (target {info.target_file}, draft {info.draft_name})\n"
+            f"ggufspec serve: {name} (target {info.target_file}, draft {info.draft_name})"
+            + (f", {args.parallel} slots\n" if args.parallel > 1 else "\n") +
             f"ggufspec serve: listening on http://{shown}:{port}/v1\n"
         )
         if host not in ("127.0.0.1", "::1", "localhost") and args.api_key is None:

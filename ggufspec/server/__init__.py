@@ -14,6 +14,7 @@ Modules, one concept each:
   adapter    the one door into the library (load the pair, encode, start a generation)
   schemas    request bodies: read, type-check, refuse what would be ignored
   worker     the one generation thread and its bounded waiting line (429 when full)
+  slots      --parallel N: a thread per slot, the same waiting line, decodes batched
   delivery   a job's events to its client: one response, or server-sent events; disconnects
   responses  OpenAI-shaped bodies and chunks
   metrics    Prometheus metrics

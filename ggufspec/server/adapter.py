@@ -20,6 +20,7 @@ from ggufspec.sampling import SamplingSettings
 from ggufspec.settings import PairSettings
 from ggufspec.server.errors import invalid
 from ggufspec.server.schemas import Params
+from ggufspec.slots import Slot
 
 #: The loaded target/draft pair the server serves (the rest of the package names it through here).
 Pair = SpeculativePair
@@ -116,13 +117,29 @@ def generation_request(
     )
 
 
-def start_generation(pair: Pair, request: GenerationRequest) -> Generation:
-    """Start one generation on the pair (the worker thread only): iterate it for steps with `.text`,
-    `.close()` it to stop early; its `.stats` (RunStats) are set when it ends. UserError: refused.
+def parallel(pair: Pair) -> int:
+    """How many generations the pair runs at once (serve --parallel)."""
+    return pair.settings.parallel
 
-    The pair's KV caches are the server's one slot: a generation starts from the longest common
-    prefix of its prompt with what the previous one left (`stats.cached_tokens`), unless the
-    request set cache_prompt false."""
+
+def slots(pair: Pair) -> list[Slot]:
+    """The pair's slots (serve --parallel N > 1): one sequence of every context each."""
+    return pair.slots()
+
+
+def start_generation(pair: Pair, request: GenerationRequest, *, slot: Slot | None = None) -> Generation:
+    """Start one generation on the pair (the worker thread only; with `slot`, that slot's thread):
+    iterate it for steps with `.text`, `.close()` it to stop early; its `.stats` (RunStats) are set
+    when it ends. UserError: refused.
+
+    Without `slot`, the pair's KV caches are the server's one slot: a generation starts from the
+    longest common prefix of its prompt with what the previous one left (`stats.cached_tokens`),
+    unless the request set cache_prompt false. With `slot`, the same on that slot's caches."""
+    if slot is not None:
+        return slot.generate(
+            prompt=list(request.tokens), max_tokens=request.max_tokens, sampling=request.sampling,
+            speculative=request.speculative, stop=request.stop, cache_prompt=request.cache_prompt,
+        )
     return pair.generate(
         prompt_tokens=list(request.tokens), max_tokens=request.max_tokens, sampling=request.sampling,
         speculative=request.speculative, stop=request.stop, cache_prompt=request.cache_prompt,

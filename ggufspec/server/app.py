@@ -26,6 +26,7 @@ from ggufspec.server.delivery import ClientGone, JobStream, collect, sse_events
 from ggufspec.server.errors import APIError, invalid, outcome
 from ggufspec.server.metrics import Metrics
 from ggufspec.server.responses import Reply
+from ggufspec.server.slots import SlotWorker
 from ggufspec.server.worker import Job, Worker
 
 log = logging.getLogger("ggufspec.server")
@@ -49,7 +50,7 @@ class ServerState:
     max_body_bytes: int
     draft_length: DraftLengthSettings  # the server's; a request may change draft_max and always_draft
     created: int
-    worker: Worker
+    worker: Worker | SlotWorker
     metrics: Metrics
 
 
@@ -110,6 +111,8 @@ async def health(st: ServerState = Depends(_state)) -> JSONResponse:
             "status": "ok" if ok else "unavailable",
             "model": st.model_name,
             "busy": st.worker.busy,
+            "slots": adapter.parallel(st.pair),
+            "slots_busy": st.worker.busy_slots(),
             "queue_depth": st.worker.depth(),
             "queue_size": st.queue_size,
         },
@@ -214,10 +217,11 @@ def create_app(
     """The OpenAI-compatible app around one loaded pair.
 
     Args:
-        pair: the loaded target/draft pair; the app's worker thread is its only user.
+        pair: the loaded target/draft pair; the app's worker thread is its only user (with
+            `settings.parallel` N > 1, its N slot threads, one per sequence).
         model_name: the id served by /v1/models (requests may name any model: there is one).
         api_key: when set, every endpoint but /health needs ``Authorization: Bearer <api_key>``.
-        queue_size: requests that may wait while one generates; beyond that, 429.
+        queue_size: requests that may wait while every slot generates; beyond that, 429.
         max_body_bytes: larger request bodies get 400.
         draft_length: the server's draft length (serve --draft-p-min, --always-draft); a request's
             `draft_max` and `always_draft` fields override those two.
@@ -231,7 +235,11 @@ def create_app(
     if queue_size < 0:
         raise UserError(f"queue size must be >= 0, got {queue_size}")
     metrics = Metrics()
-    worker = Worker(pair, queue_size=queue_size, metrics=metrics)
+    # --parallel 1: the one worker thread; N > 1: a thread per slot, their decodes batched
+    worker: Worker | SlotWorker = (
+        SlotWorker(pair, queue_size=queue_size, metrics=metrics) if adapter.parallel(pair) > 1
+        else Worker(pair, queue_size=queue_size, metrics=metrics)
+    )
     adapter.on_device_lost(pair, worker.fail)  # an RPC worker's death: 503s, /health still answers
     state = ServerState(
         pair=pair, info=adapter.describe(pair), model_name=model_name, api_key=api_key, queue_size=queue_size,

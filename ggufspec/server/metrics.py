@@ -33,6 +33,7 @@ class Metrics:
         self.accept_rate = Gauge("ggufspec_accept_rate", "Accepted / drafted over all generations", registry=r)
         self.queue_depth = Gauge("ggufspec_queue_depth", "Requests waiting for the pair", registry=r)
         self.busy = Gauge("ggufspec_busy", "1 while a generation runs", registry=r)
+        self.slots_busy = Gauge("ggufspec_slots_busy", "Slots generating (serve --parallel)", registry=r)
         self.queue_wait = Histogram(
             "ggufspec_queue_wait_seconds", "Time from acceptance to the start of the generation", registry=r,
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60),

@@ -67,6 +67,7 @@ class Worker:
         self._thread = threading.Thread(target=self._run, name="ggufspec-generate", daemon=True)
         metrics.queue_depth.set_function(self.depth)
         metrics.busy.set_function(lambda: 1.0 if self.busy else 0.0)
+        metrics.slots_busy.set_function(self.busy_slots)
 
     @property
     def alive(self) -> bool:
@@ -85,6 +86,9 @@ class Worker:
     @property
     def busy(self) -> bool:
         return self._current is not None
+
+    def busy_slots(self) -> int:
+        return 1 if self.busy else 0
 
     def depth(self) -> int:
         """Requests waiting whose clients are still there."""

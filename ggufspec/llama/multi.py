@@ -1,0 +1,246 @@
+"""One llama.cpp context holding several sequences, and a `Target` view of each (server slots).
+
+`MultiContext` makes a context with `n_seq_max = n_seq` and `kv_unified = False`: every sequence
+gets its own KV stream of `n_ctx` tokens. With a unified cache, the cells one sequence frees on a
+rollback get reused by another, so a sequence's cells leave position order; flash attention then
+sums in another order and greedy near-ties can flip. With one stream each, a sequence's cache is
+laid out exactly as a one-sequence `Context` lays it out, whatever the others do.
+
+`SeqView` implements `target.Target` for one sequence: its `decode` is a request to the context's
+`Batcher`, which merges the decodes that views submit at the same time into ONE `llama_decode`
+(different seq_ids in one llama_batch) and hands each view copies of its logits rows. Every
+llama.cpp call of every context built with the same `lock` is serialized by it (rollbacks and
+clears too: they must not run during a decode).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import numpy as np
+
+from ggufspec.batcher import Batcher, Request
+from ggufspec.devices import physical_cores
+from ggufspec.errors import UserError
+from ggufspec.llama import lib
+from ggufspec.llama.context import CACHE_TYPES, FLASH_ATTN
+from ggufspec.llama.lib import HeldInterrupt, llama
+from ggufspec.llama.model import Model
+from ggufspec.settings import ContextSettings
+
+LogitsMode = Literal["last", "all", "none"]
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """A view's part of a merged decode: where it starts and which rows want logits."""
+
+    seq: int
+    pos: int  # KV position of its first token
+    rows: tuple[bool, ...]  # per token: compute (and copy back) its logits
+
+
+class MultiContext:
+    """A context on one model with `n_seq` sequences of `settings.n_ctx` tokens each."""
+
+    def __init__(self, model: Model, *, settings: ContextSettings, n_seq: int, lock: threading.Lock,
+                 max_wait_s: float = 0.002) -> None:
+        if n_seq < 1:
+            raise ValueError(f"n_seq must be >= 1, got {n_seq}")
+        if not settings.resolved:
+            raise ValueError("resolve the 'auto' KV cache type first (ContextSettings.with_cache_type)")
+        self.model = model
+        self.settings = settings
+        self.n_seq = n_seq
+        self.lock = lock
+        params = llama.llama_context_default_params()
+        params.n_ctx = (settings.n_ctx or model.n_ctx_train) * n_seq  # llama.cpp divides it among the sequences
+        params.n_batch = settings.n_batch
+        params.n_ubatch = min(settings.n_batch, settings.n_ubatch)
+        params.n_seq_max = n_seq
+        params.kv_unified = False
+        threads = settings.n_threads or physical_cores()
+        params.n_threads = threads
+        params.n_threads_batch = settings.n_threads_batch or threads
+        params.flash_attn_type = FLASH_ATTN[settings.flash_attn]
+        params.type_k = CACHE_TYPES[settings.cache_type_k]
+        params.type_v = CACHE_TYPES[settings.cache_type_v]
+        params.no_perf = True
+        self._ptr = lib.new_context(model._ptr, params)
+        if not self._ptr:
+            raise UserError(
+                f"llama.cpp could not create a context of {n_seq} sequences of {settings.n_ctx} tokens for "
+                f"{model.path.name}; try a smaller --ctx or --parallel"
+            )
+        self.n_ctx: int = llama.llama_n_ctx_seq(self._ptr)  # per sequence
+        self.n_batch: int = llama.llama_n_batch(self._ptr)
+        self._mem = llama.llama_get_memory(self._ptr)
+        self._batch = llama.llama_batch_init(self.n_batch, 0, 1)
+        self._n_vocab = model.n_vocab
+        self.batcher = Batcher(self._run, max_tokens=self.n_batch, max_wait_s=max_wait_s)
+        self.views = tuple(SeqView(self, seq) for seq in range(n_seq))
+
+    def _run(self, requests: Sequence[Request]) -> None:
+        """One llama_decode for every request; each gets {row: logits copy} for its asked rows."""
+        b = self._batch
+        i = 0
+        for r in requests:
+            chunk: _Chunk = r.payload
+            for j, tok in enumerate(r.tokens):
+                b.token[i] = tok
+                b.pos[i] = chunk.pos + j
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = chunk.seq
+                b.logits[i] = chunk.rows[j]
+                i += 1
+        b.n_tokens = i
+        with self.lock, HeldInterrupt():
+            rc = llama.llama_decode(self._ptr, b)
+            if rc != 0:
+                # whatever part reached the caches is dropped: each view's tokens stay what it holds
+                for r in requests:
+                    llama.llama_memory_seq_rm(self._mem, r.payload.seq, r.payload.pos, -1)
+                raise RuntimeError(f"llama_decode failed with code {rc}")
+            i = 0
+            for r in requests:
+                rows: dict[int, np.ndarray] = {}
+                for j, want in enumerate(r.payload.rows):
+                    if want:
+                        ptr = llama.llama_get_logits_ith(self._ptr, i + j)
+                        if not ptr:
+                            raise RuntimeError(f"no logits for batch row {i + j}")
+                        rows[j] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
+                r.result = rows
+                i += len(r.tokens)
+
+    def warmup(self) -> None:
+        """One throwaway decode (pages the weights in, builds the graph), then empty caches."""
+        tok = self.model.bos if self.model.bos >= 0 else 0
+        self.views[0].decode([tok, tok], logits="all")
+        for v in self.views:
+            v.clear()
+
+    def close(self) -> None:
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr:
+            llama.llama_batch_free(self._batch)
+            lib.free_context(ptr)
+
+    def __del__(self) -> None:  # pragma: no cover
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class SeqView:
+    """One sequence of a `MultiContext` as a `Target` (the calls `llama.Context` offers)."""
+
+    def __init__(self, owner: MultiContext, seq: int) -> None:
+        self._owner = owner
+        self.seq = seq
+        self.model = owner.model
+        self.settings = owner.settings
+        self.n_ctx = owner.n_ctx
+        self.n_batch = owner.n_batch
+        self._tokens: list[int] = []
+        self._rows: dict[int, np.ndarray] = {}
+
+    @property
+    def multi(self) -> MultiContext:
+        """The context this sequence lives in (its other sequences are the other slots')."""
+        return self._owner
+
+    @property
+    def n_past(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        return tuple(self._tokens)
+
+    def decode(self, tokens: Sequence[int], *, logits: LogitsMode = "last") -> None:
+        """As `Context.decode`: n_batch chunks (the same boundaries), each merged with whatever the
+        other sequences decode at that moment."""
+        n = len(tokens)
+        if n == 0:
+            return
+        if self.n_past + n > self.n_ctx:
+            raise UserError(
+                f"context full: {self.n_past + n} tokens do not fit a context of {self.n_ctx}; raise --ctx"
+            )
+        if logits == "all" and n > self.n_batch:
+            raise ValueError(f"cannot score {n} rows in one batch of {self.n_batch}")
+        self._rows = {}
+        for start in range(0, n, self.n_batch):
+            chunk = [int(t) for t in tokens[start : start + self.n_batch]]
+            last_chunk = start + self.n_batch >= n
+            rows = [logits == "all"] * len(chunk)
+            if logits == "last" and last_chunk:
+                rows[-1] = True
+            got = self._owner.batcher.submit(self.seq, chunk, _Chunk(self.seq, self.n_past, tuple(rows)))
+            self._tokens.extend(chunk)
+            if any(rows):
+                self._rows = got
+
+    def logits(self, i: int = -1) -> np.ndarray:
+        """Logits (n_vocab,) of batch row i of the last decode (a copy; negative i from the last
+        row with logits)."""
+        if i < 0:
+            order = sorted(self._rows)
+            if -i > len(order):
+                raise RuntimeError(f"no logits for batch row {i}")
+            return self._rows[order[i]]
+        row = self._rows.get(i)
+        if row is None:
+            raise RuntimeError(f"no logits for batch row {i}")
+        return row
+
+    def truncate(self, n_keep: int) -> None:
+        if n_keep < self.n_past:
+            with self._owner.lock:
+                ok = llama.llama_memory_seq_rm(self._owner._mem, self.seq, n_keep, -1)
+            if not ok:
+                raise RuntimeError(f"KV rollback to {n_keep} failed")
+            del self._tokens[n_keep:]
+
+    def clear(self) -> None:
+        with self._owner.lock:
+            llama.llama_memory_seq_rm(self._owner._mem, self.seq, -1, -1)
+        self._tokens.clear()
+
+    def warmup(self) -> None:
+        self._owner.warmup()
+
+    def state(self) -> bytes:
+        """This sequence's KV cache as llama.cpp serialises it."""
+        ptr = self._owner._ptr
+        with self._owner.lock:
+            size = llama.llama_state_seq_get_size(ptr, self.seq)
+            buf = (ctypes.c_uint8 * size)()
+            with HeldInterrupt():
+                n = llama.llama_state_seq_get_data(ptr, buf, size, self.seq)
+        if n != size:
+            raise RuntimeError(f"llama_state_seq_get_data wrote {n} of {size} bytes")
+        return bytes(buf)
+
+    def load_state(self, data: bytes, tokens: Sequence[int]) -> bool:
+        """Replace this sequence's cache with `data` from `state()`; False (left empty) if refused."""
+        self.clear()
+        ptr = self._owner._ptr
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        with self._owner.lock:
+            with HeldInterrupt():
+                n = llama.llama_state_seq_set_data(ptr, buf, len(data), self.seq)
+            ok = n != 0 and llama.llama_memory_seq_pos_max(self._owner._mem, self.seq) == len(tokens) - 1
+        if not ok:
+            self.clear()
+            return False
+        self._tokens = [int(t) for t in tokens]
+        return True
+
+    def close(self) -> None:
+        self._owner.close()

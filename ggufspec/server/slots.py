@@ -1,0 +1,184 @@
+"""`serve --parallel N` (N > 1): N slot threads and one bounded waiting line.
+
+Each slot (ggufspec.slots) is one sequence in the pair's multi-sequence contexts, with its own
+thread: it runs one generation at a time, as `worker.Worker`'s one thread does, and the
+contexts' batchers merge the slots' decodes. A request goes to the free slot whose cached tokens
+share the longest prefix with its prompt, or the least recently used one when none shares half of
+it (llama-server's choice); with no slot free it waits in
+the line, and with the line full it gets 429 with Retry-After. Cancellation, errors, shutdown and a
+lost RPC worker behave as in `worker.Worker`, per slot. `--parallel 1` keeps `worker.Worker`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+
+from ggufspec.errors import UserError
+from ggufspec.server import adapter
+from ggufspec.server.errors import APIError, invalid, shutting_down
+from ggufspec.server.metrics import Metrics
+from ggufspec.server.worker import Job, _lost
+from ggufspec.slots import Slot, pick_slot
+
+log = logging.getLogger("ggufspec.server")
+
+
+class SlotWorker:
+    """N generation threads, one per slot of the pair, and their bounded waiting line."""
+
+    def __init__(self, pair: adapter.Pair, *, queue_size: int, metrics: Metrics) -> None:
+        self.pair = pair
+        self.slots: list[Slot] = adapter.slots(pair)
+        self.queue_size = queue_size
+        self.metrics = metrics
+        self._cond = threading.Condition()
+        self._waiting: deque[Job] = deque()
+        self._assigned: dict[int, Job] = {}  # slot index -> the job it runs (or is about to)
+        self._stopping = False
+        self._mean_s = 1.0  # running mean of job durations, for Retry-After
+        self.lost: str | None = None
+        self._threads = [threading.Thread(target=self._run, args=(s,), name=f"ggufspec-slot-{s.index}", daemon=True)
+                         for s in self.slots]
+        metrics.queue_depth.set_function(self.depth)
+        metrics.busy.set_function(lambda: 1.0 if self.busy else 0.0)
+        metrics.slots_busy.set_function(self.busy_slots)
+
+    @property
+    def alive(self) -> bool:
+        return all(t.is_alive() for t in self._threads) and self.lost is None
+
+    @property
+    def busy(self) -> bool:
+        return self.busy_slots() > 0
+
+    def busy_slots(self) -> int:
+        with self._cond:
+            return len(self._assigned)
+
+    def depth(self) -> int:
+        with self._cond:
+            return sum(not j.cancel.is_set() for j in self._waiting)
+
+    def fail(self, reason: str) -> None:
+        """The pair is lost (an RPC worker died): fail running and waiting requests with 503."""
+        with self._cond:
+            self.lost = reason
+            jobs = list(self._assigned.values()) + list(self._waiting)
+            self._waiting = deque()
+        for job in jobs:
+            job.emit("error", _lost(reason))
+
+    def start(self) -> None:
+        if self._stopping:
+            return
+        for t in self._threads:
+            if not t.is_alive():
+                t.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Refuse new jobs, fail the waiting ones, cancel the running ones, join the threads."""
+        with self._cond:
+            self._stopping = True
+            waiting, self._waiting = list(self._waiting), deque()
+            for job in self._assigned.values():
+                job.cancel.set()
+            self._cond.notify_all()
+        for job in waiting:
+            job.cancel.set()
+            job.emit("error", shutting_down())
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            if t.is_alive():
+                t.join(max(0.0, deadline - time.monotonic()))
+
+    def submit(self, job: Job) -> None:
+        """Hand the job to a free slot or queue it; raise 429 (all busy, line full) / 503."""
+        with self._cond:
+            if self.lost is not None:
+                raise _lost(self.lost)
+            if self._stopping or not all(t.is_alive() for t in self._threads):
+                raise shutting_down()
+            if any(j.cancel.is_set() for j in self._waiting):
+                self._waiting = deque(j for j in self._waiting if not j.cancel.is_set())
+            free = len(self.slots) - len(self._assigned)
+            if free > len(self._waiting) or len(self._waiting) < self.queue_size:
+                self._waiting.append(job)
+                self._dispatch()
+                return
+            n = len(self._waiting)
+        wait = max(1, math.ceil(self._mean_s * (n + 1) / len(self.slots)))
+        raise APIError(
+            429, f"the server is busy ({len(self.slots)} generations running, {n} waiting); retry in {wait} s",
+            type="rate_limit_error", code="queue_full", headers={"Retry-After": str(wait)},
+        )
+
+    def _dispatch(self) -> None:
+        """Give waiting jobs to free slots, each to the one sharing the longest prefix (under the lock)."""
+        while self._waiting:
+            free = [s for s in self.slots if s.index not in self._assigned]
+            if not free:
+                return
+            job = self._waiting.popleft()
+            if job.cancel.is_set():  # the client left while waiting
+                continue
+            slot = pick_slot(free, job.request.tokens if job.request.cache_prompt else ())
+            self._assigned[slot.index] = job
+            self._cond.notify_all()
+
+    def _run(self, slot: Slot) -> None:
+        while True:
+            with self._cond:
+                while slot.index not in self._assigned and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                job = self._assigned[slot.index]
+            t0 = time.perf_counter()
+            last: tuple[str, object] | None = None
+            try:
+                if not job.cancel.is_set():
+                    last = self._generate(slot, job)
+            except Exception as exc:  # never let one request kill the slot
+                log.exception("generation failed")
+                last = ("error", APIError(500, f"generation failed: {type(exc).__name__}: {exc}",
+                                          type="server_error", code="internal_error"))
+            finally:
+                # The slot is free BEFORE the client hears the end: its next request (a conversation's
+                # next turn) then finds this slot's cache free, not busy for a moment.
+                with self._cond:
+                    del self._assigned[slot.index]
+                    self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - t0)
+                    if not self._stopping:
+                        self._dispatch()
+            if last is not None:
+                job.emit(*last)
+
+    def _generate(self, slot: Slot, job: Job) -> tuple[str, object]:
+        """Run the job on the slot, emitting its text; returns its last event (sent once the slot is free)."""
+        started = time.perf_counter()
+        self.metrics.queue_wait.observe(started - job.enqueued)
+        try:
+            gen = adapter.start_generation(self.pair, job.request, slot=slot)
+        except UserError as exc:
+            return ("error", invalid(str(exc)))
+        first = True
+        try:
+            for step in gen:
+                if first:
+                    self.metrics.ttft.observe(time.perf_counter() - job.enqueued)
+                    first = False
+                if step.text:
+                    job.emit("text", step.text)
+                if job.cancel.is_set():
+                    break  # the client is gone: free the slot now
+        finally:
+            gen.close()
+        if gen.stats is not None:
+            self.metrics.record(gen.stats)
+        if self._stopping and job.cancel.is_set():
+            return ("error", shutting_down())
+        return ("end", gen.stats)
