@@ -30,6 +30,26 @@ FLASH_ATTN: dict[str, int] = {
 }
 
 
+def context_params(settings: ContextSettings, *, n_ctx: int, n_seq: int = 1):
+    """llama.cpp's context parameters for `settings` (a resolved cache type): `n_ctx` tokens in
+    all, `n_seq` sequences (several: one KV stream each, not a unified cache)."""
+    params = llama.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_batch = settings.n_batch
+    params.n_ubatch = min(settings.n_batch, settings.n_ubatch)
+    params.n_seq_max = n_seq
+    if n_seq > 1:
+        params.kv_unified = False
+    threads = settings.n_threads or physical_cores()
+    params.n_threads = threads
+    params.n_threads_batch = settings.n_threads_batch or threads
+    params.flash_attn_type = FLASH_ATTN[settings.flash_attn]
+    params.type_k = CACHE_TYPES[settings.cache_type_k]
+    params.type_v = CACHE_TYPES[settings.cache_type_v]
+    params.no_perf = True
+    return params
+
+
 class Context:
     """An inference context on one model: a KV cache for sequence 0 and a reusable batch."""
 
@@ -40,19 +60,7 @@ class Context:
             raise ValueError("resolve the 'auto' KV cache type first (ContextSettings.with_cache_type)")
         self.model = model
         self.settings = settings
-        params = llama.llama_context_default_params()
-        params.n_ctx = settings.n_ctx
-        params.n_batch = settings.n_batch
-        params.n_ubatch = min(settings.n_batch, settings.n_ubatch)
-        params.n_seq_max = 1
-        threads = settings.n_threads or physical_cores()
-        params.n_threads = threads
-        params.n_threads_batch = settings.n_threads_batch or threads
-        params.flash_attn_type = FLASH_ATTN[settings.flash_attn]
-        params.type_k = CACHE_TYPES[settings.cache_type_k]
-        params.type_v = CACHE_TYPES[settings.cache_type_v]
-        params.no_perf = True
-        self._ptr = lib.new_context(model._ptr, params)
+        self._ptr = lib.new_context(model._ptr, context_params(settings, n_ctx=settings.n_ctx))
         if not self._ptr:
             raise UserError(
                 f"llama.cpp could not create a context of {settings.n_ctx} tokens for {model.path.name}; "

@@ -23,10 +23,9 @@ from typing import Literal, Sequence
 import numpy as np
 
 from ggufspec.batcher import Batcher, Request
-from ggufspec.devices import physical_cores
 from ggufspec.errors import UserError
 from ggufspec.llama import lib
-from ggufspec.llama.context import CACHE_TYPES, FLASH_ATTN
+from ggufspec.llama.context import context_params
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model
 from ggufspec.settings import ContextSettings
@@ -56,19 +55,8 @@ class MultiContext:
         self.settings = settings
         self.n_seq = n_seq
         self.lock = lock
-        params = llama.llama_context_default_params()
-        params.n_ctx = (settings.n_ctx or model.n_ctx_train) * n_seq  # llama.cpp divides it among the sequences
-        params.n_batch = settings.n_batch
-        params.n_ubatch = min(settings.n_batch, settings.n_ubatch)
-        params.n_seq_max = n_seq
-        params.kv_unified = False
-        threads = settings.n_threads or physical_cores()
-        params.n_threads = threads
-        params.n_threads_batch = settings.n_threads_batch or threads
-        params.flash_attn_type = FLASH_ATTN[settings.flash_attn]
-        params.type_k = CACHE_TYPES[settings.cache_type_k]
-        params.type_v = CACHE_TYPES[settings.cache_type_v]
-        params.no_perf = True
+        # n_ctx: llama.cpp divides it among the sequences
+        params = context_params(settings, n_ctx=(settings.n_ctx or model.n_ctx_train) * n_seq, n_seq=n_seq)
         self._ptr = lib.new_context(model._ptr, params)
         if not self._ptr:
             raise UserError(

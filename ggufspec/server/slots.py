@@ -17,11 +17,10 @@ import threading
 import time
 from collections import deque
 
-from ggufspec.errors import UserError
 from ggufspec.server import adapter
-from ggufspec.server.errors import APIError, invalid, shutting_down
+from ggufspec.server.errors import APIError, shutting_down
 from ggufspec.server.metrics import Metrics
-from ggufspec.server.worker import Job, _lost
+from ggufspec.server.worker import Job, _lost, run_job
 from ggufspec.slots import Slot, pick_slot
 
 log = logging.getLogger("ggufspec.server")
@@ -159,26 +158,4 @@ class SlotWorker:
 
     def _generate(self, slot: Slot, job: Job) -> tuple[str, object]:
         """Run the job on the slot, emitting its text; returns its last event (sent once the slot is free)."""
-        started = time.perf_counter()
-        self.metrics.queue_wait.observe(started - job.enqueued)
-        try:
-            gen = adapter.start_generation(self.pair, job.request, slot=slot)
-        except UserError as exc:
-            return ("error", invalid(str(exc)))
-        first = True
-        try:
-            for step in gen:
-                if first:
-                    self.metrics.ttft.observe(time.perf_counter() - job.enqueued)
-                    first = False
-                if step.text:
-                    job.emit("text", step.text)
-                if job.cancel.is_set():
-                    break  # the client is gone: free the slot now
-        finally:
-            gen.close()
-        if gen.stats is not None:
-            self.metrics.record(gen.stats)
-        if self._stopping and job.cancel.is_set():
-            return ("error", shutting_down())
-        return ("end", gen.stats)
+        return run_job(self.pair, job, self.metrics, stopping=lambda: self._stopping, slot=slot)

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ggufspec.errors import UserError
 from ggufspec.server import adapter
@@ -159,28 +159,35 @@ class Worker:
                 self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - t0)
 
     def _generate(self, job: Job) -> None:
-        started = time.perf_counter()
-        self.metrics.queue_wait.observe(started - job.enqueued)
-        try:
-            gen = adapter.start_generation(self.pair, job.request)
-        except UserError as exc:
-            job.emit("error", invalid(str(exc)))
-            return
-        first = True
-        try:
-            for step in gen:
-                if first:
-                    self.metrics.ttft.observe(time.perf_counter() - job.enqueued)
-                    first = False
-                if step.text:
-                    job.emit("text", step.text)
-                if job.cancel.is_set():
-                    break  # the client is gone: free the pair now
-        finally:
-            gen.close()  # no-op when the generation ran to its end
-        if gen.stats is not None:
-            self.metrics.record(gen.stats)
-        if self._stopping and job.cancel.is_set():
-            job.emit("error", shutting_down())
-        else:
-            job.emit("end", gen.stats)
+        job.emit(*run_job(self.pair, job, self.metrics, stopping=lambda: self._stopping))
+
+
+def run_job(pair: adapter.Pair, job: Job, metrics: Metrics, *, stopping: Callable[[], bool], slot: Any = None
+            ) -> tuple[str, Any]:
+    """Run `job` (on `slot` when given), emitting its text as it comes; returns its last event,
+    ("end", stats) or ("error", APIError), for the caller to emit (a slot worker frees the slot
+    first). `stopping`: is the server shutting down (a cancelled job then ends in an error)."""
+    started = time.perf_counter()
+    metrics.queue_wait.observe(started - job.enqueued)
+    try:
+        gen = (adapter.start_generation(pair, job.request) if slot is None
+               else adapter.start_generation(pair, job.request, slot=slot))
+    except UserError as exc:
+        return ("error", invalid(str(exc)))
+    first = True
+    try:
+        for step in gen:
+            if first:
+                metrics.ttft.observe(time.perf_counter() - job.enqueued)
+                first = False
+            if step.text:
+                job.emit("text", step.text)
+            if job.cancel.is_set():
+                break  # the client is gone: free the pair (or slot) now
+    finally:
+        gen.close()  # no-op when the generation ran to its end
+    if gen.stats is not None:
+        metrics.record(gen.stats)
+    if stopping() and job.cancel.is_set():
+        return ("error", shutting_down())
+    return ("end", gen.stats)
