@@ -3,13 +3,18 @@
 A round either runs the target alone (K = 0, source "none") or lets one drafter d propose K
 tokens. Each round the controller picks a source, then its K:
 
-1. Source. Its realized throughput, tokens emitted per second of wall time over the rounds it
-   ran, discounted by age in rounds (gamma = 0.95 a round: half weight after 14 rounds, so no
-   verdict outlives its data) and shrunk towards the cost model's figure R0 with m = 2
-   pseudo-rounds:
-       R_s = (sum w * tokens + m * R0_s * a) / (sum w * seconds + m * a),   w = gamma^age
-   A round's seconds are winsorized at 4x the model's T(K) (one stalled round on a busy machine
-   cannot condemn a source). The highest R_s runs.
+1. Source. Its realized throughput, tokens emitted per second of wall time, at two levels
+   (empirical Bayes): over all generations, its rounds discounted by age in its own rounds
+   (0.98 a round) and in rounds of any source (0.99: a verdict fades in ~70 rounds), shrunk
+   towards the cost model's figure R0 with m = 2 pseudo-rounds; and over this generation's
+   rounds (0.95 a round), shrunk towards the former with 8 pseudo-rounds:
+       P_s = (sum w * tokens + m * R0_s * a) / (sum w * seconds + m * a)
+       R_s = (this generation's tokens + 8 P_s a) / (its seconds + 8 a)
+   What a source did on other prompts (the machine's costs, the pair's usual acceptance) is
+   the prior of this one. A round's seconds are winsorized at 4x the model's T(K) (one stalled
+   round on a busy machine cannot condemn a source). The highest R_s runs, except that the
+   draft model in step (it ran last round) is judged by max(R_s, P_s): leaving it is free but
+   coming back costs a catch-up, and a few rejected rounds are not a new regime.
 2. K, by the cost model built from measurements only:
        E_d(K) = 1 + sum_{i=1..K} pi_d(i),   pi_d(i) = prod_{j<=i} c_d(j)
        T_d(K) = V(K) + K * b_d,   V(K) = a + v0 + v * K  (K >= 1)
@@ -25,16 +30,23 @@ tokens. Each round the controller picks a source, then its K:
    b_d: the low median of the last 16 draft seconds per drafted token of drafter d (0 for a
    free one: prompt lookup costs microseconds); a drafting round faster than a / 2 says a is
    stale (a cold first round): the target alone runs next to measure it again;
-   c_d(j): P(draft j accepted | drafts 1..j-1 accepted), discounted counts (0.97 a round) plus
+   c_d(j): P(draft j accepted | drafts 1..j-1 accepted), discounted counts (0.97 per later
+   observation of d, 0.99 per round of any source: they outlive the prompt they came from) plus
    one pseudo-round of prior c_d(j-1) (c_d(0) = alpha0), so past the measured positions the
    curve extends the measured one. K = argmax E_d(K) / T_d(K) over [max(1, draft_min), cap]; R0_d is
    that maximum, R0_none = 1 / a.
 
-Bounded exploration: a source not run for `retry` rounds (32) runs next (the longest waiting
-first), so a losing choice is tried again within retry + (number of sources) rounds; a source
-never run runs as soon as it can. A retry after which the source's estimate beats the best
-other source's runs again, up to `confirm` (3) more rounds while it keeps beating it, so a source whose costs came back is re-adopted in a few rounds, not
-a few retries. Timing medians use the samples of the last 2 * retry rounds where there are any.
+Bounded exploration: a source not run for `retry` rounds (32; a model drafter run only n < 8
+times: 4 n) runs next (the longest waiting first), so a losing choice is tried again within
+retry + (number of sources) rounds; a source never run runs as soon as it can. A retry after
+which the source's estimate, or the retry round alone, beats the best other source's runs
+again, up to `confirm` (3) more rounds. A retry of a draft model, and once every `retry` rounds
+the model the estimates chose, runs at the K that is best with each conditional accept rate at
+least alpha0: the curve and the verify line are measured at the K chosen only, so without it
+a K too short never learns that longer ones pay. Opening: a draft model prefilled with a new
+prompt runs its first `opening` rounds (3; 1 where it lost clearly when last chosen): in step
+with the prompt it costs no catch-up, and one round at a reply's first words is too little
+evidence. Timing medians use the samples of the last 2 * retry rounds where there are any.
 
 Full information (Not-a-Bandit, arXiv 2510.20064): a free drafter (prompt lookup: no model, no
 cost) is queried every round before the choice; after the verify its proposal is scored against
@@ -52,9 +64,12 @@ median measured catch-up cost; prior 0.3 target steps). Measured here: SmolLM2 Q
 So a drafter with a backlog runs only when what it saves over the rest of the generation pays for
 the catch-up:
     remaining * (1 / R_best_other - 1 / R_d) >= backlog * u_d
-with R_d its estimate (exploiting) or, for a retry, the better of its estimate and its prior rate
-(alpha0 with the measured costs: optimism bounded by the prior). A retry deferred so is due again
+with R_d its estimate (exploiting) or, for a retry, the better of its estimate and P_d (and its
+prior rate at alpha0 where P_d is within `close` of the other). A retry deferred so is due again
 at the next prompt, when the draft model is prefilled with it (`wants`): retries are cheap there.
+A free drafter's round is charged the catch-up it leaves the draft model in play (its emitted
+tokens times u_m): per round, lookup's 3-token rounds looked better than the model's 9-token
+ones on a counting prompt, and the catch-ups they caused were charged to nobody.
 
 Timed or counted: with `timed=False` (seeded sampled runs, whose tokens must be reproducible)
 every round's seconds are replaced by nominal costs (a = 1, V(K) = 1.3 + 0.2 K, b = 0.25 for a
@@ -93,15 +108,21 @@ class ControlSettings:
     """The controller's horizons (in rounds) and robustness knobs."""
 
     retry: int = 32  # a source not run for this many rounds runs next
-    decay: float = 0.95  # weight of a realized round per round of age
-    accept_decay: float = 0.97  # weight of an acceptance observation per round of age
+    decay: float = 0.95  # weight of a source's realized round per later round of that source, in a generation
+    pool_decay: float = 0.98  # ... over all generations
+    prompt_prior_rounds: float = 8.0  # pseudo-rounds of a source's rate over all generations in this one's
+    accept_decay: float = 0.97  # weight of a drafter's acceptance observation per later observation of it
+    idle_decay: float = 0.99  # ... and of either per round of any source (half weight after 69 rounds)
+    opening: int = 3  # rounds a draft model prefilled with a new prompt runs before the estimates decide
+    close: float = 0.9  # a draft model this close to the best estimate is prefilled with a new prompt
     window: int = 16  # timing samples whose median is an estimate
     prior_rounds: float = 2.0  # pseudo-rounds of the cost model in a source's throughput
     winsor: float = 4.0  # a round's seconds count at most this many model round times
     confirm: int = 3  # rounds a retry that beat the estimates runs again
 
     def __post_init__(self) -> None:
-        if self.retry < 1 or not 0 < self.decay <= 1 or not 0 < self.accept_decay <= 1 or self.window < 1:
+        if (self.retry < 1 or self.window < 1 or self.opening < 0
+                or not all(0 < x <= 1 for x in (self.decay, self.accept_decay, self.idle_decay))):
             raise ValueError(f"bad control settings: {self}")
 
 
@@ -159,12 +180,17 @@ class _Samples:
 
 @dataclass
 class _Realized:
-    """Discounted sums of one source's rounds, decayed lazily to `at`."""
+    """Discounted sums of one source's rounds: over all generations (`tokens`, `seconds`: aged
+    lazily to `at` per round of any source, and per round of its own) and over this generation's
+    (`cur_tokens`, `cur_seconds`: per round of its own)."""
 
     tokens: float = 0.0
     seconds: float = 0.0
+    cur_tokens: float = 0.0
+    cur_seconds: float = 0.0
     at: int = 0
     last: int | None = None  # round it last ran
+    runs: int = 0  # rounds it ran
 
     def decay_to(self, now: int, gamma: float) -> None:
         if now > self.at:
@@ -172,6 +198,14 @@ class _Realized:
             self.tokens *= w
             self.seconds *= w
             self.at = now
+
+    def add(self, tokens: float, seconds: float, *, pool: float, current: float) -> None:
+        """A round of this source: earlier rounds weigh `pool` (`current`) less."""
+        self.runs += 1
+        self.tokens = self.tokens * pool + tokens
+        self.seconds = self.seconds * pool + seconds
+        self.cur_tokens = self.cur_tokens * current + tokens
+        self.cur_seconds = self.cur_seconds * current + seconds
 
 
 @dataclass
@@ -215,6 +249,11 @@ class DraftController:
         self._recheck = False  # a is suspect: measure the target alone again
         self._leader: str | None = None  # the source with the best estimate when last chosen
         self._a_memo: tuple[tuple, float | None] = ((), None)
+        self._opening: dict[str, int] = {}  # draft model -> opening rounds left in this generation
+        self._opening_min = 0
+        self._rates: dict[str, float] = {}  # each source's estimate when last chosen
+        self._last: str | None = None  # the source of the last round
+        self._k_probe: dict[str, int] = {}  # draft model -> round its K was last explored
 
     # ---- estimates ----------------------------------------------------------------------------
 
@@ -241,7 +280,7 @@ class DraftController:
         s = self._sources.get(name)
         if s is None:
             s = self._sources[name] = _Realized(at=self.round)
-        s.decay_to(self.round, self.settings.decay)
+        s.decay_to(self.round, self.settings.idle_decay)
         return s
 
     def verify_s(self, k: int) -> float | None:
@@ -316,7 +355,27 @@ class DraftController:
         s = self._sources.get(name)
         if s is None or s.last is None:
             return True
-        return name == self._leader or self.round - s.last >= self.settings.retry
+        if name == self._leader or self.round - s.last >= self.settings.retry:
+            return True
+        # a close race (within `close` of the leader when last chosen): the opening settles it
+        best = max(self._rates.values(), default=0.0)
+        return self._rates.get(name, 0.0) >= self.settings.close * best
+
+    def begin(self, *, prefilled: Sequence[str] = ()) -> None:
+        """A generation starts; the draft models in `prefilled` hold its prompt. Each runs its
+        `opening` rounds first: in step with the prompt, a draft model costs no catch-up now, and
+        later it does, so the first rounds of a prompt are when its own evidence is cheapest, and
+        one round is too little (an early rejection is common at a reply's first words: in the
+        bench, one round at K = 1 at a chat prompt's start left the draft out for 125 rounds,
+        0.83x the best fixed K on that category)."""
+        # a model that lost clearly when last chosen (not within `close` of the best): one round
+        best = max(self._rates.values(), default=0.0)
+        self._opening = {n: self.settings.opening if self._rates.get(n, best) >= self.settings.close * best else 1
+                         for n in prefilled if self.settings.opening > 0}
+        self._confirming, self._confirm = False, None
+        for src in self._sources.values():  # this generation's rounds start now
+            src.cur_tokens = src.cur_seconds = 0.0
+        self._opening_min = self.settings.retry  # tokens a generation needs for its opening to pay
 
     def _pays(self, name: str, backlog: int, rate: float, other: float, remaining: int) -> bool:
         """Does running `name` at `rate` instead of the best other source at `other` tokens/s save,
@@ -328,8 +387,11 @@ class DraftController:
         u = self.catchup_s(name) or 0.0
         return remaining * (1.0 / other - 1.0 / rate) >= (backlog - SYNCED) * u
 
-    def prefix_accept(self, name: str, n: int) -> list[float]:
-        """pi_d(1..n): P(the first i drafts of `name` are all accepted), i = 1..n."""
+    def prefix_accept(self, name: str, n: int, *, optimistic: bool = False) -> list[float]:
+        """pi_d(1..n): P(the first i drafts of `name` are all accepted), i = 1..n. `optimistic`:
+        each conditional rate at least the prior alpha0 (the K a retry tests: a retry at the K
+        the measured curve gives, after early rejections K = 1, cannot show that drafting pays,
+        since on this CPU K = 1 is about even with the target alone at any accept rate)."""
         m = self._drafters[name]
         self._decay_accepts(m)
         out, pi, cond = [], 1.0, m.alpha0
@@ -339,16 +401,16 @@ class DraftController:
             # P(accept i | the drafts before it accepted), one pseudo-round of prior: the position
             # before's estimate (so beyond what was measured the curve extends the measured one)
             cond = (acc + cond) / (d + 1.0)
-            pi *= cond
+            pi *= max(cond, m.alpha0) if optimistic else cond
             out.append(pi)
         return out
 
-    def best_len(self, name: str, *, lo: int, cap: int) -> tuple[int, float] | None:
+    def best_len(self, name: str, *, lo: int, cap: int, optimistic: bool = False) -> tuple[int, float] | None:
         """(K, E(K) / T(K)) maximising the modelled rate over K in [lo, cap]; None when unmeasured."""
         a, b = self.base_s(), self.per_token_s(name)
         if a is None or b is None or cap < lo:
             return None
-        pis = self.prefix_accept(name, cap)
+        pis = self.prefix_accept(name, cap, optimistic=optimistic)
         best, e = None, 1.0
         for k in range(1, cap + 1):
             e += pis[k - 1]
@@ -358,14 +420,26 @@ class DraftController:
                     best = (k, rate)
         return best
 
-    def throughput(self, name: str, prior_rate: float | None) -> float | None:
-        """R_s: realized tokens per second of a source, shrunk towards `prior_rate`."""
+    def throughput(self, name: str, prior_rate: float | None, *, pooled: bool = False) -> float | None:
+        """R_s: this generation's realized tokens per second of a source, shrunk towards its rate
+        over all generations, itself shrunk towards `prior_rate` (the cost model's):
+            P_s = (pool tokens + m R0 a) / (pool seconds + m a)
+            R_s = (this generation's tokens + m_g P_s a) / (its seconds + m_g a)
+        Empirical Bayes: what the source did on other prompts (the machine's costs, the pair's
+        usual acceptance) is the prior for this one, and a few rounds of this prompt outweigh it.
+        Pooled alone, the rounds of earlier prompts outvoted a new prompt's: the bench's repeats
+        of one prompt took opposite paths, drafting 16 rounds or none for 121."""
         a = self.base_s()
         s = self._source(name)
         m = self.settings.prior_rounds if prior_rate is not None else 0.0
         num = s.tokens + (m * prior_rate * a if prior_rate is not None and a is not None else 0.0)
         den = s.seconds + (m * a if a is not None else 0.0)
-        return num / den if den > 0 else prior_rate
+        rate = num / den if den > 0 else prior_rate
+        if pooled or rate is None or a is None:
+            return rate
+        m = self.settings.prompt_prior_rounds
+        den = s.cur_seconds + m * a
+        return (s.cur_tokens + m * rate * a) / den if den > 0 else rate
 
     # ---- the decision -------------------------------------------------------------------------
 
@@ -399,6 +473,21 @@ class DraftController:
             return Choice(None, 0, retry=True)
         rates = {n: self.throughput(n, r) or 0.0 for n, (_, r) in options.items()}
         self._leader = max(rates, key=lambda n: rates[n])
+        self._rates = rates
+        # the opening rounds of a prompt (see `begin`), a retry: the estimates decide after them
+        backlogs = {c.name: c.backlog for c in drafters}
+        if remaining is not None and remaining < self._opening_min:  # too short to use what it learns
+            self._opening.clear()
+        for n in list(self._opening):
+            if n not in options or backlogs.get(n, 0) > SYNCED:
+                del self._opening[n]
+                continue
+            self._opening[n] -= 1
+            if not self._opening[n]:
+                del self._opening[n]
+            self._bar = max((r for m, r in rates.items() if m != n), default=0.0)
+            self._probe = (lo, caps[n])
+            return Choice(n, self._retry_len(n, lo, caps[n], options[n][0]), retry=True)
         # a draft model that missed rounds runs only where its catch-up pays (see the docstring)
         horizon = _HORIZON if remaining is None else remaining
         backlog = {c.name: c.backlog for c in drafters  # (one never run is tried once whatever it costs)
@@ -408,7 +497,14 @@ class DraftController:
             if other <= 0.0:
                 continue  # nothing else may run: the catch-up cannot be avoided
             if not self._pays(n, backlog[n], rates[n], other, horizon):
-                optimistic = max(rates[n], self.prior_rate(n, lo=lo, cap=caps[n]) or 0.0)
+                # a retry's optimism: its rate over all generations (the empirical prior of this
+                # one), and the cost model's prior rate at alpha0 where that is a close race (the
+                # prior alone retried a model that lost on every prompt, 30 tokens of catch-up at
+                # a time: 11% of such a prompt)
+                pooled = self.throughput(n, options[n][1], pooled=True) or 0.0
+                optimistic = max(rates[n], pooled)
+                if pooled >= self.settings.close * other:  # a close race: the prior's optimism too
+                    optimistic = max(optimistic, self.prior_rate(n, lo=lo, cap=caps[n]) or 0.0)
                 if not self._pays(n, backlog[n], optimistic, other, horizon):
                     del options[n]  # not even a retry pays now: due again at the next prompt
                 else:
@@ -418,21 +514,49 @@ class DraftController:
             return Choice(None if name == NONE else name, k)
         # retry: a source never run, or not run for `retry` rounds, runs now (longest waiting
         # first); a retry that beat the others runs again (`confirm` rounds at most)
-        waits = {n: (math.inf if self._source(n).last is None else self.round - self._source(n).last)
+        # (a source run only a few times is due sooner: 4 rounds per round it ran, so two unlucky
+        # first rounds do not shut it out for the full interval)
+        waits = {n: (math.inf if self._source(n).last is None else
+                     (self.round - self._source(n).last)
+                     / (self.settings.retry if n == NONE else min(self.settings.retry, 4 * max(1, self._source(n).runs))))
                  for n in options}
         oldest = max(options, key=lambda n: waits[n])
         again, self._confirm = self._confirm, None
-        if waits[oldest] < self.settings.retry and again is not None and again[0] in options:
+        if waits[oldest] < 1 and again is not None and again[0] in options:
             oldest, self._confirm = again[0], (again[0], again[1] - 1) if again[1] > 1 else None
             self._confirming = True
-        elif waits[oldest] < self.settings.retry:
-            name = max(options, key=lambda n: rates[n])  # ties: the first drafter given, none last
-            return Choice(None if name == NONE else name, options[name][0])
+        elif waits[oldest] < 1:
+            # hysteresis: the draft model in step (it ran last round) is judged by the better of
+            # this generation's estimate and its rate over all generations: leaving it is free
+            # now but coming back costs a catch-up, and a few rejected rounds (a name, a number)
+            # are not a new regime; where it loses on this prompt, the pool follows in a few dozen rounds
+            held = dict(rates)
+            if self._last in held and self._last != NONE and not self._drafters[self._last].free:
+                pooled = self.throughput(self._last, options[self._last][1], pooled=True) or 0.0
+                held[self._last] = max(held[self._last], pooled)
+            name = max(options, key=lambda n: held[n])  # ties: the first drafter given, none last
+            k = options[name][0]
+            if name != NONE and not self._drafters[name].free and self.round - self._k_probe.get(name, 0) >= self.settings.retry:
+                # bounded exploration of K too: the curve and the verify line are measured only
+                # at the K chosen, so a K too short never learns that longer ones pay (it drifted
+                # to K = 1 and stayed); once every `retry` rounds, the optimistic K
+                self._k_probe[name] = self.round
+                k = self._retry_len(name, lo, caps[name], k)
+            return Choice(None if name == NONE else name, k)
         else:
             self._confirming = False
         self._bar = max((r for n, r in rates.items() if n != oldest), default=0.0)
         self._probe = (lo, caps[oldest])
-        return Choice(None if oldest == NONE else oldest, options[oldest][0], retry=True)
+        k = options[oldest][0] if oldest == NONE else self._retry_len(oldest, lo, caps[oldest], options[oldest][0])
+        return Choice(None if oldest == NONE else oldest, k, retry=True)
+
+    def _retry_len(self, name: str, lo: int, cap: int, k: int) -> int:
+        """K of a retry of draft model `name`: the best under the optimistic curve (a free
+        drafter's K is its match, as chosen)."""
+        if self._drafters[name].free:
+            return k
+        best = self.best_len(name, lo=lo, cap=cap, optimistic=True)
+        return best[0] if best is not None else k
 
     # ---- learning -----------------------------------------------------------------------------
 
@@ -490,34 +614,58 @@ class DraftController:
         a = self.base_s() or round_s
         b = self.per_token_s(name) if name is not None else 0.0
         cap = st.winsor * ((self.verify_s(drafted) or a) + drafted * (b or 0.0))
-        src.tokens += emitted
-        src.seconds += min(round_s, cap)
+        src.add(emitted, min(round_s, cap) + self._induced_s(name, free, emitted), pool=st.pool_decay, current=st.decay)
         src.last = self.round
+        self._last = NONE if name is None else name
         self.round += 1
-        if choice.retry:  # a retry: run it again while its estimate, with this round, beats the others
+        if choice.retry:  # a retry: run it again while this round, or its estimate with it, beats the others
             if name is None:
                 prior = 1.0 / a if a else None
             else:
                 best = self.best_len(name, lo=self._probe[0], cap=self._probe[1])
                 prior = best[1] if best is not None else None
             rate = self.throughput(NONE if name is None else name, prior) or 0.0
-            if rate <= self._bar:
+            # the round's own rate counts too: the estimate keeps the source's older rounds, which
+            # may predate a change of costs or of prompt, and one round cannot outweigh them
+            own = emitted / (min(round_s, cap) + self._induced_s(name, free, emitted) or 1e-12)
+            if max(rate, own) <= self._bar:
                 self._confirm = None
             elif self._confirm is None and not self._confirming:  # `confirm` rounds, not a chain
                 self._confirm = (NONE if name is None else name, st.confirm)
 
-    def _decay_accepts(self, m: _DrafterModel) -> None:
-        if self.round > m.at:
-            w = self.settings.accept_decay ** (self.round - m.at)
+    def _induced_s(self, name: str | None, free: bool, emitted: int) -> float:
+        """Catch-up a free drafter's round leaves to the draft model in play: the model must decode
+        the `emitted` tokens before it drafts again, at u_m a token, so the round really cost that
+        much more (counting lookup's rounds at their own seconds alone chose lookup's 3-token
+        rounds over a model's 9-token ones on a counting prompt: 0.6 of the rounds, 1.04x). The
+        model in play: the model drafter run last, if within `retry` rounds."""
+        if name is None or not free:
+            return 0.0
+        last = {n: s.last for n, s in self._sources.items()
+                if n in self._drafters and not self._drafters[n].free and s.last is not None}
+        if not last:
+            return 0.0
+        m = max(last, key=lambda n: last[n])  # type: ignore[arg-type,return-value]
+        if self.round - last[m] > self.settings.retry:  # type: ignore[operator]
+            return 0.0
+        return emitted * (self.catchup_s(m) or 0.0)
+
+    def _decay_accepts(self, m: _DrafterModel, *, observed: bool = False) -> None:
+        """Age `m`'s counts to now (`idle_decay` a round) and, when a new observation comes,
+        by `accept_decay`: a drafter's curve is its own last few dozen rounds, wherever they were."""
+        w = self.settings.idle_decay ** (self.round - m.at) if self.round > m.at else 1.0
+        if observed:
+            w *= self.settings.accept_decay
+        if w != 1.0:
             m.drafted_at = [x * w for x in m.drafted_at]
             m.accepted_at = [x * w for x in m.accepted_at]
-            m.at = self.round
+        m.at = max(m.at, self.round)
 
     def _record_accepts(self, name: str, proposed: int, matched: int, emitted: int) -> None:
         """Positions 1..matched accepted; position matched+1 rejected where the target judged it
         (matched < emitted: the emitted token there differs); past the emitted tokens, unknown."""
         m = self._drafters[name]
-        self._decay_accepts(m)
+        self._decay_accepts(m, observed=True)
         judged = min(proposed, matched + 1) if matched < emitted else matched
         while len(m.drafted_at) < judged:
             m.drafted_at.append(0.0)

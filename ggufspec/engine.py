@@ -234,11 +234,16 @@ def _steps(
         target.clear()
         for d in drafters:
             d.reset()
+    prefilled = []
     for d in drafters:
         # a model drafter keeps what its cache shares with the prompt; one the controller does
         # not expect to run soon is not prefilled (it catches up if it is chosen after all)
         if controller is None or getattr(d, "free", False) or controller.wants(d.name):
             d.prefill(prompt)
+            if not getattr(d, "free", False):
+                prefilled.append(d.name)
+    if controller is not None:
+        controller.begin(prefilled=prefilled)
     target.decode(prompt[cached:], logits="last")
     first = _pick(target.logits(-1), sampling, rng)
     t_first = clock.now()
