@@ -84,20 +84,17 @@ share a structured cost model, and exploration is a deterministic retry schedule
 from __future__ import annotations
 
 import math
-import statistics
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Sequence
+
+from ggufspec.estimates import DrafterModel, Realized, Samples
 
 NONE = "none"  # the source of a round that runs the target alone
 
-# nominal costs in units of a target step (priors; the only costs of a counted controller)
-_B_MODEL = 0.25  # a draft model's step (c; a prior, and the optimism of a retry)
-_B_FREE = 0.0  # a free drafter's proposal
+# nominal costs in units of a target step (priors; the only costs of a counted controller;
+# the draft step and accept priors are in ggufspec.estimates)
 _V0 = 0.3  # a verify's first extra row beyond the target step
 _V1 = 0.2  # each further row
-_ALPHA_MODEL = 0.8  # prior per-token accept rate of a draft model
-_ALPHA_FREE = 0.6  # ... of prompt lookup, where it found a match
 _U_MODEL = 0.3  # prior catch-up cost of a draft model, per token of backlog
 SYNCED = 2  # a backlog this small is a normal round's (a full accept leaves 2 tokens to decode)
 _HORIZON = 256  # tokens a generation is assumed to have left when the caller does not say
@@ -147,85 +144,6 @@ class Choice:
     retry: bool = False  # chosen by the retry schedule, not by the estimates
 
 
-class _Samples:
-    """The last `window` timing samples; their median, preferring those of the last `horizon` rounds."""
-
-    def __init__(self, window: int) -> None:
-        self._items: deque[tuple[int, float]] = deque(maxlen=window)
-        self._memo: tuple[tuple, float | None] = ((), None)
-
-    def add(self, now: int, value: float) -> None:
-        self._items.append((now, value))
-        self._memo = ((), None)
-
-    def median(self, now: int, horizon: int, *, low: bool = False) -> float | None:
-        """The low median (`low`: the minimum) of the fresh samples, or of all when none is fresh."""
-        if not self._items:
-            return None
-        if self._memo[0] == (now, horizon, low):  # asked several times a round
-            return self._memo[1]
-        fresh = [v for r, v in self._items if now - r <= horizon] or [v for _, v in self._items]
-        # a timing is only ever slowed by noise (a stall, llama.cpp's first decode of a new
-        # batch shape), never sped up: the low median, or the minimum for the target alone
-        value = min(fresh) if low else statistics.median_low(fresh)
-        self._memo = ((now, horizon, low), value)
-        return value
-
-    def __bool__(self) -> bool:
-        return bool(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-@dataclass
-class _Realized:
-    """Discounted sums of one source's rounds: over all generations (`tokens`, `seconds`: aged
-    lazily to `at` per round of any source, and per round of its own) and over this generation's
-    (`cur_tokens`, `cur_seconds`: per round of its own)."""
-
-    tokens: float = 0.0
-    seconds: float = 0.0
-    cur_tokens: float = 0.0
-    cur_seconds: float = 0.0
-    at: int = 0
-    last: int | None = None  # round it last ran
-    runs: int = 0  # rounds it ran
-
-    def decay_to(self, now: int, gamma: float) -> None:
-        if now > self.at:
-            w = gamma ** (now - self.at)
-            self.tokens *= w
-            self.seconds *= w
-            self.at = now
-
-    def add(self, tokens: float, seconds: float, *, pool: float, current: float) -> None:
-        """A round of this source: earlier rounds weigh `pool` (`current`) less."""
-        self.runs += 1
-        self.tokens = self.tokens * pool + tokens
-        self.seconds = self.seconds * pool + seconds
-        self.cur_tokens = self.cur_tokens * current + tokens
-        self.cur_seconds = self.cur_seconds * current + seconds
-
-
-@dataclass
-class _DrafterModel:
-    free: bool
-    drafted_at: list[float] = field(default_factory=list)  # discounted rounds that judged draft i (the drafts before it accepted)
-    accepted_at: list[float] = field(default_factory=list)  # ... that accepted it
-    per_token: _Samples = field(default_factory=lambda: _Samples(16))  # draft seconds per drafted token
-    catchup: _Samples = field(default_factory=lambda: _Samples(16))  # catch-up seconds per token
-    at: int = 0
-
-    @property
-    def alpha0(self) -> float:
-        return _ALPHA_FREE if self.free else _ALPHA_MODEL
-
-    @property
-    def b_prior(self) -> float:
-        return _B_FREE if self.free else _B_MODEL
-
-
 class DraftController:
     """Chooses each round's drafter and draft length; learns from `observe`. One per pair, kept
     across generations (its estimates are the machine's and the drafters', not one prompt's)."""
@@ -234,14 +152,14 @@ class DraftController:
         self.timed = timed
         self.settings = settings
         self.round = 0  # rounds observed
-        self._base = _Samples(settings.window)  # seconds of rounds that drafted nothing
-        self._bound = _Samples(settings.window)  # verify-and-Python seconds of rounds that drafted
-        self._verify: dict[int, _Samples] = {}  # K -> verify-and-Python seconds of rounds of K drafts
+        self._base = Samples(settings.window)  # seconds of rounds that drafted nothing
+        self._bound = Samples(settings.window)  # verify-and-Python seconds of rounds that drafted
+        self._verify: dict[int, Samples] = {}  # K -> verify-and-Python seconds of rounds of K drafts
         self._fit_memo: tuple[tuple, tuple[float, float]] = ((), (0.0, 0.0))
         if not timed:
             self._base.add(0, 1.0)  # counted: a round of the target alone is the unit, no calibration
-        self._sources: dict[str, _Realized] = {}
-        self._drafters: dict[str, _DrafterModel] = {}
+        self._sources: dict[str, Realized] = {}
+        self._drafters: dict[str, DrafterModel] = {}
         self._bar = math.inf  # the best other source's estimate when a retry ran
         self._probe: tuple[int, int] = (1, 1)  # (lo, cap) of the K range of the retried source
         self._confirm: tuple[str, int] | None = None  # (source, rounds left) to run again
@@ -269,17 +187,17 @@ class DraftController:
         self._a_memo = ((self.round, self._base._memo[0], self._bound._memo[0]), a)
         return a
 
-    def _model(self, name: str, free: bool) -> _DrafterModel:
+    def _model(self, name: str, free: bool) -> DrafterModel:
         m = self._drafters.get(name)
         if m is None:
-            m = self._drafters[name] = _DrafterModel(free=free, per_token=_Samples(self.settings.window),
-                                                     catchup=_Samples(self.settings.window))
+            m = self._drafters[name] = DrafterModel(free=free, per_token=Samples(self.settings.window),
+                                                     catchup=Samples(self.settings.window))
         return m
 
-    def _source(self, name: str) -> _Realized:
+    def _source(self, name: str) -> Realized:
         s = self._sources.get(name)
         if s is None:
-            s = self._sources[name] = _Realized(at=self.round)
+            s = self._sources[name] = Realized(at=self.round)
         s.decay_to(self.round, self.settings.idle_decay)
         return s
 
@@ -601,7 +519,7 @@ class DraftController:
             elif round_s < 0.5 * a:  # a verify of K+1 rows cannot cost half of one row's
                 self._recheck = True
             self._drafters[name].per_token.add(self.round, max(0.0, draft_s) / drafted)
-            self._verify.setdefault(drafted, _Samples(st.window)).add(self.round, max(0.0, round_s - draft_s))
+            self._verify.setdefault(drafted, Samples(st.window)).add(self.round, max(0.0, round_s - draft_s))
             self._record_accepts(name, drafted, accepted, emitted)
         if name is not None and catchup_tokens > SYNCED and self.timed:
             self._model(name, free).catchup.add(self.round, catchup_s / catchup_tokens)
@@ -650,7 +568,7 @@ class DraftController:
             return 0.0
         return emitted * (self.catchup_s(m) or 0.0)
 
-    def _decay_accepts(self, m: _DrafterModel, *, observed: bool = False) -> None:
+    def _decay_accepts(self, m: DrafterModel, *, observed: bool = False) -> None:
         """Age `m`'s counts to now (`idle_decay` a round) and, when a new observation comes,
         by `accept_decay`: a drafter's curve is its own last few dozen rounds, wherever they were."""
         w = self.settings.idle_decay ** (self.round - m.at) if self.round > m.at else 1.0

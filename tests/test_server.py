@@ -204,6 +204,9 @@ def test_controlled_request_pauses_a_draft_that_does_not_pay(client, reference) 
     spec = resp.model_extra["speculative"]
     assert spec["paused_rounds"] > 0
     assert spec["drafted"] <= 3 * 4  # at most a few short tries
+    # where the rounds went, as `--json` reports them
+    assert sum(spec["drafter_rounds"].values()) == sum(spec["k_hist"].values()) > spec["drafter_rounds"].get("none", 0) > 0
+    assert spec["drafted"] == sum(int(k) * n for k, n in spec["k_hist"].items())
 
 
 def test_completion_stream_equals_target_alone(client, reference) -> None:

@@ -40,6 +40,8 @@ def speculative(stats: RunStats, draft: str) -> dict:
         "mean_accepted_len": round(stats.mean_accepted_len, 4),
         "paused_rounds": stats.paused_rounds,
         "gen_tps": round(stats.gen_tps, 2),
+        "k_hist": {str(k): n for k, n in stats.k_hist.items()},  # rounds per draft length, as --json has them
+        "drafter_rounds": dict(stats.drafter_rounds),  # rounds per drafter ("none": the target alone)
     }
 
 

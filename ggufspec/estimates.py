@@ -1,0 +1,94 @@
+"""The controller's running estimates (pure): timing samples with their robust median, a source's
+discounted realized throughput over all generations and over this one, and a drafter's accept
+counts and costs. `ggufspec.control` decides from them."""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+# nominal costs in units of a target step (priors; the only costs of a counted controller)
+B_MODEL = 0.25  # a draft model's step (c; a prior, and the optimism of a retry)
+B_FREE = 0.0  # a free drafter's proposal
+ALPHA_MODEL = 0.8  # prior per-token accept rate of a draft model
+ALPHA_FREE = 0.6  # ... of prompt lookup, where it found a match
+
+
+class Samples:
+    """The last `window` timing samples; their median, preferring those of the last `horizon` rounds."""
+
+    def __init__(self, window: int) -> None:
+        self._items: deque[tuple[int, float]] = deque(maxlen=window)
+        self._memo: tuple[tuple, float | None] = ((), None)
+
+    def add(self, now: int, value: float) -> None:
+        self._items.append((now, value))
+        self._memo = ((), None)
+
+    def median(self, now: int, horizon: int, *, low: bool = False) -> float | None:
+        """The low median (`low`: the minimum) of the fresh samples, or of all when none is fresh."""
+        if not self._items:
+            return None
+        if self._memo[0] == (now, horizon, low):  # asked several times a round
+            return self._memo[1]
+        fresh = [v for r, v in self._items if now - r <= horizon] or [v for _, v in self._items]
+        # a timing is only ever slowed by noise (a stall, llama.cpp's first decode of a new
+        # batch shape), never sped up: the low median, or the minimum for the target alone
+        value = min(fresh) if low else statistics.median_low(fresh)
+        self._memo = ((now, horizon, low), value)
+        return value
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+@dataclass
+class Realized:
+    """Discounted sums of one source's rounds: over all generations (`tokens`, `seconds`: aged
+    lazily to `at` per round of any source, and per round of its own) and over this generation's
+    (`cur_tokens`, `cur_seconds`: per round of its own)."""
+
+    tokens: float = 0.0
+    seconds: float = 0.0
+    cur_tokens: float = 0.0
+    cur_seconds: float = 0.0
+    at: int = 0
+    last: int | None = None  # round it last ran
+    runs: int = 0  # rounds it ran
+
+    def decay_to(self, now: int, gamma: float) -> None:
+        if now > self.at:
+            w = gamma ** (now - self.at)
+            self.tokens *= w
+            self.seconds *= w
+            self.at = now
+
+    def add(self, tokens: float, seconds: float, *, pool: float, current: float) -> None:
+        """A round of this source: earlier rounds weigh `pool` (`current`) less."""
+        self.runs += 1
+        self.tokens = self.tokens * pool + tokens
+        self.seconds = self.seconds * pool + seconds
+        self.cur_tokens = self.cur_tokens * current + tokens
+        self.cur_seconds = self.cur_seconds * current + seconds
+
+
+@dataclass
+class DrafterModel:
+    free: bool
+    drafted_at: list[float] = field(default_factory=list)  # discounted rounds that judged draft i (the drafts before it accepted)
+    accepted_at: list[float] = field(default_factory=list)  # ... that accepted it
+    per_token: _Samples = field(default_factory=lambda: Samples(16))  # draft seconds per drafted token
+    catchup: _Samples = field(default_factory=lambda: Samples(16))  # catch-up seconds per token
+    at: int = 0
+
+    @property
+    def alpha0(self) -> float:
+        return ALPHA_FREE if self.free else ALPHA_MODEL
+
+    @property
+    def b_prior(self) -> float:
+        return B_FREE if self.free else B_MODEL
