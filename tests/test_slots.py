@@ -11,6 +11,7 @@ import pytest
 
 from fakes import FakeModel, greedy_reference, letters_vocab, ngram_lm
 from ggufspec.batcher import Batcher, Request
+from ggufspec.control import DraftController
 from ggufspec.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter
 from ggufspec.engine import SpeculativeSettings
 from ggufspec.sampling import SamplingSettings
@@ -263,6 +264,36 @@ def test_a_slot_runs_the_target_alone_while_another_generates() -> None:
     assert busy.tokens == forced.tokens == alone.tokens
     assert activity.active() == 0
     assert (slots[0].last_used, slots[1].last_used) == (4, 3)  # ticks of their latest generations (1: the manual enter)
+
+
+def test_a_slot_that_starts_beside_another_does_not_prefill_its_draft_model() -> None:
+    slots, _, draft, activity = _slots(2, noise=0.0)
+    activity.enter()  # another slot is generating: this one will run the target alone
+    try:
+        busy = slots[0].generate(prompt=[1, 2, 3], max_tokens=5, sampling=GREEDY, speculative=_spec()).run()
+    finally:
+        activity.exit()
+    assert draft.views[0].tokens == () and draft.batcher.decodes == 0  # its prefill would be wasted
+    alone = slots[0].generate(prompt=[1, 2, 3], max_tokens=5, sampling=GREEDY, speculative=_spec(),
+                              cache_prompt=False).run()
+    assert draft.views[0].tokens[:3] == (1, 2, 3)  # alone, it prefills and drafts
+    assert busy.tokens == alone.tokens
+
+
+def test_policy_drafting_slots_share_one_controller_and_always_draft_uses_the_slots_own() -> None:
+    slots, _, _, _ = _slots(2, noise=0.0)
+    shared = DraftController()
+    for s in slots:
+        s.shared = shared
+    slots[0].generate(prompt=[1, 2], max_tokens=20, sampling=GREEDY, speculative=_spec()).run()
+    learned = shared.round
+    assert learned > 0 and slots[0].controller.round == 0
+    # the next request lands on another slot: it goes on with what the first one learned
+    slots[1].generate(prompt=[3, 4], max_tokens=20, sampling=GREEDY, speculative=_spec()).run()
+    assert shared.round > learned and slots[1].controller.round == 0
+    slots[1].generate(prompt=[3, 4], max_tokens=20, sampling=GREEDY, speculative=_spec(always_draft=True),
+                      cache_prompt=False).run()
+    assert slots[1].controller.round > 0
 
 
 def test_a_closed_generation_leaves_the_batchers() -> None:
