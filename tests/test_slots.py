@@ -58,7 +58,44 @@ def test_members_decoding_together_share_one_decode() -> None:
     assert time.monotonic() - t0 < 4.0
     assert len(rec.batches) == 1 and sorted(rec.batches[0]) == [("a", (1,)), ("b", (2, 3)), ("c", (4,))]
     assert out == {k: ("decoded", k, tuple(v)) for k, v in {"a": [1], "b": [2, 3], "c": [4]}.items()}
-    assert (b.decodes, b.merged) == (1, 1)
+    assert (b.decodes, b.merged, b.sequences, b.rows) == (1, 1, 3, 4)
+    assert b.wait_s > 0
+
+
+def test_members_served_by_a_decode_are_waited_for_before_the_next_one() -> None:
+    """A request that came in during a decode is old when it ends; it still waits (max_wait_s from
+    that end) for the members that decode served, instead of going alone and leaving two groups
+    that take turns."""
+    first_running, release = threading.Event(), threading.Event()
+    batches: list[list[object]] = []
+
+    def run(requests: Sequence[Request]) -> None:
+        batches.append(sorted(r.key for r in requests))
+        if len(batches) == 1:
+            first_running.set()
+            release.wait(10)
+        for r in requests:
+            r.result = r.key
+
+    b = Batcher(run, max_tokens=64, max_wait_s=0.3)
+    b.join("a")
+
+    def a_twice() -> None:
+        b.submit("a", [1])  # decoded alone ("b" is not generating yet), held until released
+        time.sleep(0.05)  # a slot's Python between two decodes
+        b.submit("a", [2])
+
+    ta = threading.Thread(target=a_twice)
+    ta.start()
+    assert first_running.wait(10)
+    b.join("b")
+    tb = threading.Thread(target=b.submit, args=("b", [3]))
+    tb.start()
+    time.sleep(0.5)  # "b" waits for the running decode, longer than max_wait_s
+    release.set()
+    ta.join(10)
+    tb.join(10)
+    assert batches == [["a"], ["a", "b"]]
 
 
 def test_no_wait_for_a_slot_that_is_not_generating() -> None:
