@@ -3,10 +3,14 @@
 Each server slot runs the ordinary draft/verify loop in its own thread on a view of one sequence
 of a shared model context. A view's `decode` becomes `Batcher.submit(...)`: the request waits
 until every *member* (a slot that is generating) has a request pending, or until `max_wait_s`
-after the oldest pending request, then one thread (whichever notices first) runs ONE decode for
+after the oldest pending request or the end of the last decode, whichever is later, then one thread (whichever notices first) runs ONE decode for
 the pending requests, packed in arrival order up to `max_tokens`, and hands each its result. A
 slot that is not generating is not a member, so nobody waits for an idle slot; a member busy with
-something else (emitting, drafting) costs at most `max_wait_s`.
+something else (emitting, drafting) costs at most `max_wait_s`. Counting from the last decode's
+end matters: requests that came in during a decode are old when it ends, and sending them at once
+would leave out the members that decode just served (they need a moment of Python to submit
+again); the members then split into two groups that take turns, two half-full decodes per step
+(measured with 4 clients at 256 tokens: 747 of 2,654 target decodes held 2 sequences).
 
 Decodes of one batcher never overlap (`run` is called by one thread at a time).
 """
@@ -49,8 +53,13 @@ class Batcher:
         self._members: set[Hashable] = set()
         self._pending: list[Request] = []
         self._running = False
-        self.decodes = 0  # merged decodes run (for tests and metrics)
+        self._last_end = 0.0  # monotonic time the last decode ended
+        # counters (tests and metrics: what a merged decode holds, what waiting for it costs)
+        self.decodes = 0  # merged decodes run
         self.merged = 0  # of them, decodes that served more than one sequence
+        self.sequences = 0  # requests served (sequences summed over the decodes)
+        self.rows = 0  # tokens decoded
+        self.wait_s = 0.0  # seconds requests spent pending before their decode started
 
     # ---- membership: whom a pending request waits for -------------------------------------------
 
@@ -100,6 +109,7 @@ class Batcher:
                 finally:
                     self._cond.acquire()
                     self._running = False
+                    self._last_end = time.monotonic()
                     self._cond.notify_all()
         if req.error is not None:
             raise req.error
@@ -112,7 +122,7 @@ class Batcher:
             return 0.0  # every generating sequence has its request in
         if sum(len(r.tokens) for r in self._pending) >= self.max_tokens:
             return 0.0  # a full batch: waiting cannot add to it
-        return self._pending[0].submitted + self.max_wait_s - time.monotonic()
+        return max(self._pending[0].submitted, self._last_end) + self.max_wait_s - time.monotonic()
 
     def _take(self) -> list[Request]:
         """The pending requests that fit one decode, oldest first (the oldest always goes)."""
@@ -127,6 +137,8 @@ class Batcher:
         return batch
 
     def _run_batch(self, batch: list[Request]) -> None:
+        start = time.monotonic()
+        self.wait_s += sum(start - r.submitted for r in batch)
         try:
             self._run(batch)
         except BaseException as exc:  # the decode failed for every request in it
@@ -135,5 +147,7 @@ class Batcher:
                     r.error = exc
         self.decodes += 1
         self.merged += len(batch) > 1
+        self.sequences += len(batch)
+        self.rows += sum(len(r.tokens) for r in batch)
         for r in batch:
             r.done = True

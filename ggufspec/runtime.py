@@ -304,8 +304,9 @@ class SpeculativePair:
 
     def slots(self) -> list[Slot]:
         """The pair's `settings.parallel` slots (ggufspec.slots), built once: slot 0 is the pair's
-        own target context, drafters and controller; slot i > 0 has sequence i of every context,
-        its own drafters (same names) and controller. One generation per slot at a time."""
+        own target context and drafters; slot i > 0 has sequence i of every context and its own
+        drafters (same names). Requests that draft by policy (alone) share the pair's controller;
+        always_draft ones use their slot's own. One generation per slot at a time."""
         if self._slots is not None:
             return self._slots
         from ggufspec.slots import Activity, Slot
@@ -319,17 +320,19 @@ class SpeculativePair:
         draft_multis = [d.ctx.multi for d in model_drafters] if n > 1 else []  # type: ignore[attr-defined]
         slots: list[Slot] = []
         for i in range(n):
+            controller = DraftController()  # always_draft requests' (others share the pair's)
             if i == 0:
-                target, drafters, controller = self.target_ctx, self.drafters, self.controller
+                target, drafters = self.target_ctx, self.drafters
             else:
-                target, controller = multi.views[i], DraftController()
+                target = multi.views[i]
                 drafters = tuple(
                     ModelDrafter(d.ctx.multi.views[i], name=d.name) if isinstance(d, ModelDrafter)  # type: ignore[attr-defined]
                     else LookupDrafter(self.settings.lookup) if isinstance(d, LookupDrafter) else d
                     for d in self.drafters
                 )
             slots.append(Slot(
-                index=i, target=target, drafters=drafters, controller=controller, activity=activity,
+                index=i, target=target, drafters=drafters, controller=controller, shared=self.controller,
+                activity=activity,
                 batcher=multi.batcher if multi is not None else None,
                 draft_batchers=tuple(m.batcher for m in draft_multis),
             ))

@@ -2,7 +2,8 @@
 
 A `Slot` is one sequence in the target's multi-sequence context (and in each draft model's): its
 own KV cache and prefix, its own drafters (a `ModelDrafter` on its draft-model sequence, its own
-prompt lookup) and its own draft controller. Each slot runs the ordinary `engine.generate` in its
+prompt lookup); generations that draft by policy (only while alone) share one draft controller,
+always_draft ones use the slot's own. Each slot runs the ordinary `engine.generate` in its
 own thread; its views' decodes go through the context's `Batcher`, which merges the slots that
 decode at the same moment into one decode.
 
@@ -66,7 +67,12 @@ class Slot:
     batcher: Batcher | None  # the target context's batcher (None: a one-sequence context)
     draft_batchers: tuple[Batcher, ...]  # the draft models' (this slot joins them while it drafts)
     activity: Activity
+    # drafting by policy happens only while a slot is alone, so one generation at a time uses
+    # `shared`: one controller for every slot (the pair's), so consecutive requests that land on
+    # different slots (least recently used) learn as one instead of each slot from scratch.
+    # always_draft requests draft while others do too: each slot's own `controller`.
     controller: DraftController = field(default_factory=DraftController)
+    shared: DraftController | None = None  # None: `controller` for every request
     last_used: int = 0  # Activity tick of its latest generation (0: never used)
 
     @property
@@ -99,10 +105,11 @@ class Slot:
                     (b.join if want else b.leave)(self.index)
             return want
 
+        controller = self.controller if always or self.shared is None else self.shared
         gen = generate(
             target=self.target, prompt=prompt, drafters=self.drafters if use_drafters else (),
             max_tokens=max_tokens, sampling=sampling, speculative=speculative, stop=stop,
-            controller=self.controller, cache_prompt=cache_prompt, drafting=drafting,
+            controller=controller, cache_prompt=cache_prompt, drafting=drafting,
         )
         return _Tracked(gen, self, drafting_now)
 

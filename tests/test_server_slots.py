@@ -153,6 +153,13 @@ def test_concurrent_greedy_requests_give_the_target_alone(slotted: Slotted, alon
         bodies = bodies[1:] + bodies[:1]
     target1, draft1 = slotted.merged()
     assert target1 > target0  # the slots' decodes did go out together
+    # /metrics shows the target batcher's counters as the batcher holds them
+    b = slotted.pair.slots()[0].batcher
+    exported = {k: slotted.metric(f'ggufspec_batch_{k}_total{{model="target"}}')
+                for k in ("decodes", "merged_decodes", "sequences", "rows")}
+    assert exported["merged_decodes"] >= target1 - target0 > 0
+    assert exported["rows"] >= exported["sequences"] > exported["decodes"] >= exported["merged_decodes"]
+    assert exported["decodes"] <= b.decodes and slotted.metric('ggufspec_batch_wait_seconds_total{model="target"}') > 0
     if always_draft and slotted.pair.draft_path is not None:
         assert draft1 > draft0  # ... and their drafts too
 

@@ -11,6 +11,7 @@ import pytest
 
 from fakes import FakeModel, greedy_reference, letters_vocab, ngram_lm
 from ggufspec.batcher import Batcher, Request
+from ggufspec.control import DraftController
 from ggufspec.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter
 from ggufspec.engine import SpeculativeSettings
 from ggufspec.sampling import SamplingSettings
@@ -57,7 +58,44 @@ def test_members_decoding_together_share_one_decode() -> None:
     assert time.monotonic() - t0 < 4.0
     assert len(rec.batches) == 1 and sorted(rec.batches[0]) == [("a", (1,)), ("b", (2, 3)), ("c", (4,))]
     assert out == {k: ("decoded", k, tuple(v)) for k, v in {"a": [1], "b": [2, 3], "c": [4]}.items()}
-    assert (b.decodes, b.merged) == (1, 1)
+    assert (b.decodes, b.merged, b.sequences, b.rows) == (1, 1, 3, 4)
+    assert b.wait_s > 0
+
+
+def test_members_served_by_a_decode_are_waited_for_before_the_next_one() -> None:
+    """A request that came in during a decode is old when it ends; it still waits (max_wait_s from
+    that end) for the members that decode served, instead of going alone and leaving two groups
+    that take turns."""
+    first_running, release = threading.Event(), threading.Event()
+    batches: list[list[object]] = []
+
+    def run(requests: Sequence[Request]) -> None:
+        batches.append(sorted(r.key for r in requests))
+        if len(batches) == 1:
+            first_running.set()
+            release.wait(10)
+        for r in requests:
+            r.result = r.key
+
+    b = Batcher(run, max_tokens=64, max_wait_s=0.3)
+    b.join("a")
+
+    def a_twice() -> None:
+        b.submit("a", [1])  # decoded alone ("b" is not generating yet), held until released
+        time.sleep(0.05)  # a slot's Python between two decodes
+        b.submit("a", [2])
+
+    ta = threading.Thread(target=a_twice)
+    ta.start()
+    assert first_running.wait(10)
+    b.join("b")
+    tb = threading.Thread(target=b.submit, args=("b", [3]))
+    tb.start()
+    time.sleep(0.5)  # "b" waits for the running decode, longer than max_wait_s
+    release.set()
+    ta.join(10)
+    tb.join(10)
+    assert batches == [["a"], ["a", "b"]]
 
 
 def test_no_wait_for_a_slot_that_is_not_generating() -> None:
@@ -263,6 +301,36 @@ def test_a_slot_runs_the_target_alone_while_another_generates() -> None:
     assert busy.tokens == forced.tokens == alone.tokens
     assert activity.active() == 0
     assert (slots[0].last_used, slots[1].last_used) == (4, 3)  # ticks of their latest generations (1: the manual enter)
+
+
+def test_a_slot_that_starts_beside_another_does_not_prefill_its_draft_model() -> None:
+    slots, _, draft, activity = _slots(2, noise=0.0)
+    activity.enter()  # another slot is generating: this one will run the target alone
+    try:
+        busy = slots[0].generate(prompt=[1, 2, 3], max_tokens=5, sampling=GREEDY, speculative=_spec()).run()
+    finally:
+        activity.exit()
+    assert draft.views[0].tokens == () and draft.batcher.decodes == 0  # its prefill would be wasted
+    alone = slots[0].generate(prompt=[1, 2, 3], max_tokens=5, sampling=GREEDY, speculative=_spec(),
+                              cache_prompt=False).run()
+    assert draft.views[0].tokens[:3] == (1, 2, 3)  # alone, it prefills and drafts
+    assert busy.tokens == alone.tokens
+
+
+def test_policy_drafting_slots_share_one_controller_and_always_draft_uses_the_slots_own() -> None:
+    slots, _, _, _ = _slots(2, noise=0.0)
+    shared = DraftController()
+    for s in slots:
+        s.shared = shared
+    slots[0].generate(prompt=[1, 2], max_tokens=20, sampling=GREEDY, speculative=_spec()).run()
+    learned = shared.round
+    assert learned > 0 and slots[0].controller.round == 0
+    # the next request lands on another slot: it goes on with what the first one learned
+    slots[1].generate(prompt=[3, 4], max_tokens=20, sampling=GREEDY, speculative=_spec()).run()
+    assert shared.round > learned and slots[1].controller.round == 0
+    slots[1].generate(prompt=[3, 4], max_tokens=20, sampling=GREEDY, speculative=_spec(always_draft=True),
+                      cache_prompt=False).run()
+    assert slots[1].controller.round > 0
 
 
 def test_a_closed_generation_leaves_the_batchers() -> None:

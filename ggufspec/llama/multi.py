@@ -73,6 +73,10 @@ class MultiContext:
 
     def _run(self, requests: Sequence[Request]) -> None:
         """One llama_decode for every request; each gets {row: logits copy} for its asked rows."""
+        # In sequence order: with one KV stream per sequence llama.cpp splits a batch into ubatches
+        # of consecutive seq_ids in batch order (llama_batch_allocr::split_equal, sequential), so
+        # sequences 1, 0 in arrival order would cost two passes over the weights, 0, 1 one.
+        requests = sorted(requests, key=lambda r: r.payload.seq)
         b = self._batch
         i = 0
         for r in requests:

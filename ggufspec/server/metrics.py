@@ -4,12 +4,35 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 if TYPE_CHECKING:
+    from ggufspec.batcher import Batcher
     from ggufspec.stats import RunStats
+
+
+class _BatcherCollector:
+    """The batchers' own counters (serve --parallel), read at each scrape, one label per model."""
+
+    def __init__(self, batchers: Mapping[str, Batcher]) -> None:
+        self._batchers = dict(batchers)
+
+    def collect(self):
+        families = [
+            ("ggufspec_batch_decodes", "Merged llama_decode calls", "decodes"),
+            ("ggufspec_batch_merged_decodes", "Merged decodes that served more than one sequence", "merged"),
+            ("ggufspec_batch_sequences", "Sequences served, summed over the merged decodes", "sequences"),
+            ("ggufspec_batch_rows", "Tokens decoded by the merged decodes", "rows"),
+            ("ggufspec_batch_wait_seconds", "Seconds decode requests waited for their merged decode", "wait_s"),
+        ]
+        for name, doc, attr in families:
+            family = CounterMetricFamily(name, doc, labels=["model"])
+            for label, b in self._batchers.items():
+                family.add_metric([label], float(getattr(b, attr)))
+            yield family
 
 
 class Metrics:
@@ -49,6 +72,10 @@ class Metrics:
         self._lock = threading.Lock()
         self._drafted = self._accepted = 0
         self.accept_rate.set_function(self._rate)
+
+    def watch_batchers(self, batchers: Mapping[str, Batcher]) -> None:
+        """Export the batchers' counters (serve --parallel: "target", "draft", "draft2", ...)."""
+        self.registry.register(_BatcherCollector(batchers))
 
     def _rate(self) -> float:
         with self._lock:

@@ -45,6 +45,10 @@ class SlotWorker:
         metrics.queue_depth.set_function(self.depth)
         metrics.busy.set_function(lambda: 1.0 if self.busy else 0.0)
         metrics.slots_busy.set_function(self.busy_slots)
+        if self.slots and self.slots[0].batcher is not None:
+            drafts = self.slots[0].draft_batchers
+            metrics.watch_batchers({"target": self.slots[0].batcher,
+                                    **{f"draft{i + 1 if i else ''}": b for i, b in enumerate(drafts)}})
 
     @property
     def alive(self) -> bool:
