@@ -396,13 +396,13 @@ class DraftController:
         backlogs = {c.name: c.backlog for c in drafters}
         if remaining is not None and remaining < self._opening_min:  # too short to use what it learns
             self._opening.clear()
-        for n in list(self._opening):
-            if n not in options or backlogs.get(n, 0) > SYNCED:
-                del self._opening[n]
+        opening = self._opening  # (a shared controller: another slot's `begin` may replace it)
+        for n in list(opening):
+            left = opening.pop(n, 0)
+            if n not in options or backlogs.get(n, 0) > SYNCED or left <= 0:
                 continue
-            self._opening[n] -= 1
-            if not self._opening[n]:
-                del self._opening[n]
+            if left > 1:
+                opening[n] = left - 1
             self._bar = max((r for m, r in rates.items() if m != n), default=0.0)
             self._probe = (lo, caps[n])
             return Choice(n, self._retry_len(n, lo, caps[n], options[n][0]), retry=True)

@@ -247,7 +247,7 @@ def _steps(
             d.prefill(prompt)
             if not getattr(d, "free", False):
                 prefilled.append(d.name)
-    if controller is not None:
+    if controller is not None and drafting_now:  # (a slot beside others leaves the pair's controller alone)
         controller.begin(prefilled=prefilled)
     target.decode(prompt[cached:], logits="last")
     first = _pick(target.logits(-1), sampling, rng)
