@@ -111,6 +111,7 @@ class ControlSettings:
     accept_decay: float = 0.97  # weight of a drafter's acceptance observation per later observation of it
     idle_decay: float = 0.99  # ... and of either per round of any source (half weight after 69 rounds)
     opening: int = 3  # rounds a draft model prefilled with a new prompt runs before the estimates decide
+    explore: int = 4  # a draft model not run for explore * retry rounds is prefilled whatever it costs
     close: float = 0.9  # a draft model this close to the best estimate is prefilled with a new prompt
     window: int = 16  # timing samples whose median is an estimate
     prior_rounds: float = 2.0  # pseudo-rounds of the cost model in a source's throughput
@@ -170,6 +171,8 @@ class DraftController:
         self._opening: dict[str, int] = {}  # draft model -> opening rounds left in this generation
         self._opening_min = 0
         self._rates: dict[str, float] = {}  # each source's estimate when last chosen
+        self._pooled: dict[str, float] = {}  # ... its rate over all generations
+        self._prior: dict[str, float] = {}  # ... a drafter's prior rate (alpha0, the measured costs)
         self._last: str | None = None  # the source of the last round
         self._k_probe: dict[str, int] = {}  # draft model -> round its K was last explored
 
@@ -265,19 +268,32 @@ class DraftController:
         return max(sum(alpha**i for i in range(k + 1)) / max(self.verify_s(k) + k * b, 1e-12)  # type: ignore[operator]
                    for k in range(lo, cap + 1))
 
-    def wants(self, name: str) -> bool:
+    def wants(self, name: str, *, backlog: int | None = None, remaining: int | None = None) -> bool:
         """Should draft model `name` be prefilled with a new prompt? Yes when it may run soon:
-        never run, the best source when last chosen, or due for a retry (a retry at the start of
-        a prompt costs no catch-up). No when it loses and was tried lately: its prefill would be
-        a catch-up paid for nothing (prefill of a 200-token prompt: ~0.56 s for SmolLM2 Q4_1)."""
+        never run, the best source when last chosen (or within `close` of it), or due for a retry
+        (a retry at the start of a prompt costs no catch-up); and, given the prompt tokens the
+        model lacks (`backlog`) and the tokens the generation may emit (`remaining`), when its
+        expected gain over the generation pays for that prefill, as for any catch-up (with its
+        rate over all generations, and its prior's optimism for a retry or a close race); after
+        `explore` * `retry` rounds without it, whatever that costs (the estimates may be stale). A short
+        request on a long prompt is not worth a draft model: 64 tokens after a 43-token chat
+        prompt gain ~0.1 s at 1.15x, and the prefill costs ~0.1 s on the 2-core CPU."""
         s = self._sources.get(name)
         if s is None or s.last is None:
             return True
-        if name == self._leader or self.round - s.last >= self.settings.retry:
-            return True
-        # a close race (within `close` of the leader when last chosen): the opening settles it
+        leader = name == self._leader
+        due = self.round - s.last >= self.settings.retry
         best = max(self._rates.values(), default=0.0)
-        return self._rates.get(name, 0.0) >= self.settings.close * best
+        close = self._rates.get(name, 0.0) >= self.settings.close * best
+        if not (leader or due or close):
+            return False
+        if backlog is None or remaining is None or self.round - s.last >= self.settings.explore * self.settings.retry:
+            return True  # (bounded exploration even where the estimates say a prefill cannot pay)
+        other = max((r for n, r in self._pooled.items() if n != name), default=0.0)
+        rate = self._pooled.get(name, 0.0)
+        if not leader:
+            rate = max(rate, self._prior.get(name, 0.0))
+        return other <= 0.0 or self._pays(name, backlog, rate, other, remaining)
 
     def begin(self, *, prefilled: Sequence[str] = ()) -> None:
         """A generation starts; the draft models in `prefilled` hold its prompt. Each runs its
@@ -392,6 +408,8 @@ class DraftController:
         rates = {n: self.throughput(n, r) or 0.0 for n, (_, r) in options.items()}
         self._leader = max(rates, key=lambda n: rates[n])
         self._rates = rates
+        self._pooled = {n: self.throughput(n, r, pooled=True) or 0.0 for n, (_, r) in options.items()}
+        self._prior = {n: self.prior_rate(n, lo=lo, cap=caps[n]) or 0.0 for n in options if n != NONE}
         # the opening rounds of a prompt (see `begin`), a retry: the estimates decide after them
         backlogs = {c.name: c.backlog for c in drafters}
         if remaining is not None and remaining < self._opening_min:  # too short to use what it learns

@@ -243,7 +243,8 @@ def _steps(
     for d in drafters:
         # a model drafter keeps what its cache shares with the prompt; one the controller does
         # not expect to run soon is not prefilled (it catches up if it is chosen after all)
-        if getattr(d, "free", False) or (drafting_now and (controller is None or controller.wants(d.name))):
+        if getattr(d, "free", False) or (drafting_now and (controller is None or controller.wants(
+                d.name, backlog=d.backlog(prompt), remaining=min(max_tokens, target.n_ctx - len(prompt))))):
             d.prefill(prompt)
             if not getattr(d, "free", False):
                 prefilled.append(d.name)

@@ -375,3 +375,16 @@ def test_lookup_is_charged_the_catch_up_it_leaves_the_model() -> None:
         model_runs += c.drafter == "m"
         lookup_runs += c.drafter == "lookup"
     assert model_runs > 4 * lookup_runs
+
+
+def test_a_draft_model_is_prefilled_only_where_its_gain_pays_for_the_prefill() -> None:
+    # a draft measured winning (GOOD: ~1.6x) whose catch-up costs 3 ms a token: a 40-token prompt
+    # for 500 new tokens is worth prefilling, a 2,000-token one for 10 new tokens is not
+    ctrl = DraftController()
+    simulate(ctrl, 150, a=0.010, drafters={"m": GOOD}, rng=np.random.default_rng(4))
+    ctrl.observe(choice=Choice("m", 4), drafted=4, accepted=4, emitted=5, round_s=0.022, draft_s=0.012,
+                 catchup_tokens=40, catchup_s=40 * 0.003)
+    ctrl.choose(drafters=[Candidate("m")], draft_max=8)
+    assert ctrl.wants("m", backlog=40, remaining=500)
+    assert not ctrl.wants("m", backlog=2000, remaining=10)
+    assert ctrl.wants("m")  # no sizes given: as it may run soon
