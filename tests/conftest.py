@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
 from pathlib import Path
 from typing import Any, Iterator
@@ -183,3 +184,11 @@ def tiny_bytes_target_q8(tiny_bytes_target: Path, tiny_models_dir: Path) -> Path
 @pytest.fixture(scope="session")
 def tiny_bytes_draft_q8(tiny_bytes_draft: Path, tiny_models_dir: Path) -> Path:
     return _q8(tiny_bytes_draft, tiny_models_dir / "tiny_bytes_draft.Q8_0.gguf")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A POSIX shell without job control starts background jobs (`cmd &`) with SIGINT ignored, and
+    # an ignored signal stays ignored across exec: the Ctrl-C tests (and their children) would
+    # never see it. A fresh-clone `.ci/run` started that way failed exactly those 5 tests.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
