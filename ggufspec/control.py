@@ -194,7 +194,8 @@ class DraftController:
         m = self._drafters.get(name)
         if m is None:
             m = self._drafters[name] = DrafterModel(free=free, per_token=Samples(self.settings.window),
-                                                     catchup=Samples(self.settings.window))
+                                                    catchup=Samples(self.settings.window),
+                                                    prefill=Samples(self.settings.window))
         return m
 
     def _source(self, name: str) -> Realized:
@@ -293,9 +294,9 @@ class DraftController:
         rate = self._pooled.get(name, 0.0)
         if not leader:
             rate = max(rate, self._prior.get(name, 0.0))
-        return other <= 0.0 or self._pays(name, backlog, rate, other, remaining)
+        return other <= 0.0 or self._pays(name, backlog, rate, other, remaining, prefill=True)
 
-    def begin(self, *, prefilled: Sequence[str] = ()) -> None:
+    def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
         """A generation starts; the draft models in `prefilled` hold its prompt. Each runs its
         `opening` rounds first: in step with the prompt, a draft model costs no catch-up now, and
         later it does, so the first rounds of a prompt are when its own evidence is cheapest, and
@@ -310,15 +311,23 @@ class DraftController:
         for src in self._sources.values():  # this generation's rounds start now
             src.cur_tokens = src.cur_seconds = 0.0
         self._opening_min = self.settings.retry  # tokens a generation needs for its opening to pay
+        for name, (tokens, seconds) in (prefill or {}).items():  # `prefill`: tokens and seconds each took
+            if tokens >= 16:  # (a few tokens measure the call, not the tokens)
+                self._model(name, False).prefill.add(self.round, seconds / tokens)
 
-    def _pays(self, name: str, backlog: int, rate: float, other: float, remaining: int) -> bool:
+    def _pays(self, name: str, backlog: int, rate: float, other: float, remaining: int, *,
+              prefill: bool = False) -> bool:
         """Does running `name` at `rate` instead of the best other source at `other` tokens/s save,
-        over `remaining` tokens, what catching up on `backlog` tokens costs?"""
+        over `remaining` tokens, what catching up on `backlog` tokens costs? (`prefill`: a whole
+        prompt in one batch, at the measured prefill cost a token where there is one: a long
+        prompt costs a draft model less a token than a catch-up of a few tokens does)"""
         if backlog <= SYNCED:
             return True
         if rate <= 0 or other <= 0 or rate <= other:
             return False
-        u = self.catchup_s(name) or 0.0
+        m = self._drafters.get(name)
+        measured = m.prefill.median(self.round, 1 << 30) if prefill and m is not None and self.timed else None
+        u = measured if measured is not None else (self.catchup_s(name) or 0.0)
         return remaining * (1.0 / other - 1.0 / rate) >= (backlog - SYNCED) * u
 
     def prefix_accept(self, name: str, n: int, *, optimistic: bool = False) -> list[float]:

@@ -239,17 +239,18 @@ def _steps(
     # draft models' prefill would be paid for nothing (measured: ~19% of the decode time with 4
     # clients); they catch up if the slot drafts later
     drafting_now = drafting is None or drafting()
-    prefilled = []
+    prefilled: dict[str, tuple[int, float]] = {}  # draft model -> (tokens, seconds) of its prefill
     for d in drafters:
         # a model drafter keeps what its cache shares with the prompt; one the controller does
         # not expect to run soon is not prefilled (it catches up if it is chosen after all)
+        lacks = d.backlog(prompt)
         if getattr(d, "free", False) or (drafting_now and (controller is None or controller.wants(
-                d.name, backlog=d.backlog(prompt), remaining=min(max_tokens, target.n_ctx - len(prompt))))):
-            d.prefill(prompt)
+                d.name, backlog=lacks, remaining=min(max_tokens, target.n_ctx - len(prompt))))):
+            seconds = d.prefill(prompt)
             if not getattr(d, "free", False):
-                prefilled.append(d.name)
+                prefilled[d.name] = (max(0, lacks - 1), seconds)  # (the last prompt token waits for the first draft)
     if controller is not None and drafting_now:  # (a slot beside others leaves the pair's controller alone)
-        controller.begin(prefilled=prefilled)
+        controller.begin(prefilled=list(prefilled), prefill=prefilled)
     target.decode(prompt[cached:], logits="last")
     first = _pick(target.logits(-1), sampling, rng)
     t_first = clock.now()

@@ -388,3 +388,18 @@ def test_a_draft_model_is_prefilled_only_where_its_gain_pays_for_the_prefill() -
     assert ctrl.wants("m", backlog=40, remaining=500)
     assert not ctrl.wants("m", backlog=2000, remaining=10)
     assert ctrl.wants("m")  # no sizes given: as it may run soon
+
+
+def test_a_prefill_is_priced_at_the_measured_prefill_cost_not_a_catch_ups() -> None:
+    # a catch-up of a few tokens costs 3 ms a token (a decode call's own cost spread over them), a
+    # 200-token prefill 1 ms a token: a 200-token prompt for 100 new tokens (the draft saves 2.8 ms
+    # a token) is worth prefilling at the prefill's cost (0.2 s) and would not be at the catch-up's (0.6 s)
+    ctrl = DraftController()
+    simulate(ctrl, 150, a=0.010, drafters={"m": GOOD}, rng=np.random.default_rng(4))
+    ctrl.observe(choice=Choice("m", 4), drafted=4, accepted=4, emitted=5, round_s=0.022, draft_s=0.012,
+                 catchup_tokens=40, catchup_s=40 * 0.003)
+    ctrl.choose(drafters=[Candidate("m")], draft_max=8)
+    assert not ctrl.wants("m", backlog=200, remaining=100)
+    ctrl.begin(prefilled=["m"], prefill={"m": (200, 200 * 0.001)})
+    ctrl.choose(drafters=[Candidate("m")], draft_max=8)
+    assert ctrl.wants("m", backlog=200, remaining=100)
