@@ -319,8 +319,9 @@ class DraftController:
               prefill: bool = False) -> bool:
         """Does running `name` at `rate` instead of the best other source at `other` tokens/s save,
         over `remaining` tokens, what catching up on `backlog` tokens costs? (`prefill`: a whole
-        prompt in one batch, at the measured prefill cost a token where there is one: a long
-        prompt costs a draft model less a token than a catch-up of a few tokens does)"""
+        prompt in one batch, at the measured prefill cost a token where there is one, which
+        need not be a short catch-up's: the Q4_1 draft here prefills 288 tokens at 3.8 ms a
+        token, slower than its 2.8 ms catch-ups, where quantized batches take a slow path)"""
         if backlog <= SYNCED:
             return True
         if rate <= 0 or other <= 0 or rate <= other:
