@@ -169,7 +169,6 @@ class DraftController:
         self._leader: str | None = None  # the source with the best estimate when last chosen
         self._a_memo: tuple[tuple, float | None] = ((), None)
         self._opening: dict[str, int] = {}  # draft model -> opening rounds left in this generation
-        self._opening_min = 0
         self._rates: dict[str, float] = {}  # each source's estimate when last chosen
         self._pooled: dict[str, float] = {}  # ... its rate over all generations
         self._prior: dict[str, float] = {}  # ... a drafter's prior rate (alpha0, the measured costs)
@@ -310,7 +309,6 @@ class DraftController:
         self._confirming, self._confirm = False, None
         for src in self._sources.values():  # this generation's rounds start now
             src.cur_tokens = src.cur_seconds = 0.0
-        self._opening_min = self.settings.retry  # tokens a generation needs for its opening to pay
         for name, (tokens, seconds) in (prefill or {}).items():  # `prefill`: tokens and seconds each took
             if tokens >= 16:  # (a few tokens measure the call, not the tokens)
                 self._model(name, False).prefill.add(self.round, seconds / tokens)
@@ -422,7 +420,7 @@ class DraftController:
         self._prior = {n: self.prior_rate(n, lo=lo, cap=caps[n]) or 0.0 for n in options if n != NONE}
         # the opening rounds of a prompt (see `begin`), a retry: the estimates decide after them
         backlogs = {c.name: c.backlog for c in drafters}
-        if remaining is not None and remaining < self._opening_min:  # too short to use what it learns
+        if remaining is not None and remaining < self.settings.retry:  # too short to use what it learns
             self._opening.clear()
         opening = self._opening  # (a shared controller: another slot's `begin` may replace it)
         for n in list(opening):
@@ -447,10 +445,10 @@ class DraftController:
                 # one), and the cost model's prior rate at alpha0 where that is a close race (the
                 # prior alone retried a model that lost on every prompt, 30 tokens of catch-up at
                 # a time: 11% of such a prompt)
-                pooled = self.throughput(n, options[n][1], pooled=True) or 0.0
+                pooled = self._pooled[n]
                 optimistic = max(rates[n], pooled)
                 if pooled >= self.settings.close * other:  # a close race: the prior's optimism too
-                    optimistic = max(optimistic, self.prior_rate(n, lo=lo, cap=caps[n]) or 0.0)
+                    optimistic = max(optimistic, self._prior[n])
                 if not self._pays(n, backlog[n], optimistic, other, horizon):
                     del options[n]  # not even a retry pays now: due again at the next prompt
                 else:
@@ -478,8 +476,7 @@ class DraftController:
             # are not a new regime; where it loses on this prompt, the pool follows in a few dozen rounds
             held = dict(rates)
             if self._last in held and self._last != NONE and not self._drafters[self._last].free:
-                pooled = self.throughput(self._last, options[self._last][1], pooled=True) or 0.0
-                held[self._last] = max(held[self._last], pooled)
+                held[self._last] = max(held[self._last], self._pooled[self._last])
             name = max(options, key=lambda n: held[n])  # ties: the first drafter given, none last
             k = options[name][0]
             if name != NONE and not self._drafters[name].free and self.round - self._k_probe.get(name, 0) >= self.settings.retry:
@@ -560,7 +557,8 @@ class DraftController:
         a = self.base_s() or round_s
         b = self.per_token_s(name) if name is not None else 0.0
         cap = st.winsor * ((self.verify_s(drafted) or a) + drafted * (b or 0.0))
-        src.add(emitted, min(round_s, cap) + self._induced_s(name, free, emitted), pool=st.pool_decay, current=st.decay)
+        charged_s = min(round_s, cap) + self._induced_s(name, free, emitted)  # the catch-up it leaves, too
+        src.add(emitted, charged_s, pool=st.pool_decay, current=st.decay)
         src.last = self.round
         self._last = NONE if name is None else name
         self.round += 1
@@ -573,7 +571,7 @@ class DraftController:
             rate = self.throughput(NONE if name is None else name, prior) or 0.0
             # the round's own rate counts too: the estimate keeps the source's older rounds, which
             # may predate a change of costs or of prompt, and one round cannot outweigh them
-            own = emitted / (min(round_s, cap) + self._induced_s(name, free, emitted) or 1e-12)
+            own = emitted / (charged_s or 1e-12)
             if max(rate, own) <= self._bar:
                 self._confirm = None
             elif self._confirm is None and not self._confirming:  # `confirm` rounds, not a chain

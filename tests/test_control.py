@@ -218,14 +218,20 @@ def test_a_catch_up_that_does_not_pay_defers_the_retry_to_the_next_prompt() -> N
     assert c.drafter == "m" and c.retry
 
 
+def _winning_model_controller(*, seed: int) -> DraftController:
+    """A controller that has measured the model drafter winning (GOOD, ~1.6x) over 150 rounds,
+    then a catch-up of 40 tokens at 3 ms a token."""
+    ctrl = DraftController()
+    simulate(ctrl, 150, a=0.010, drafters={"m": GOOD}, rng=np.random.default_rng(seed))
+    ctrl.observe(choice=Choice("m", 4), drafted=4, accepted=4, emitted=5, round_s=0.022, draft_s=0.012,
+                 catchup_tokens=40, catchup_s=40 * 0.003)
+    return ctrl
+
+
 def test_a_catch_up_that_pays_runs_and_a_cheap_one_always_may() -> None:
     # a drafter measured winning (1.7x) but 40 tokens behind: with 500 tokens to go the catch-up
     # (40 x 3 ms) is repaid many times over, with 5 to go it is not
-    ctrl = DraftController()
-    rng = np.random.default_rng(3)
-    simulate(ctrl, 150, a=0.010, drafters={"m": GOOD}, rng=rng)
-    ctrl.observe(choice=Choice("m", 4), drafted=4, accepted=4, emitted=5, round_s=0.022, draft_s=0.012,
-                 catchup_tokens=40, catchup_s=40 * 0.003)
+    ctrl = _winning_model_controller(seed=3)
     assert ctrl.choose(drafters=[Candidate("m", backlog=40)], draft_max=8, remaining=500).drafter == "m"
     assert ctrl.choose(drafters=[Candidate("m", backlog=40)], draft_max=8, remaining=5).drafter is None
     assert ctrl.choose(drafters=[Candidate("m", backlog=2)], draft_max=8, remaining=5).drafter == "m"
@@ -380,10 +386,7 @@ def test_lookup_is_charged_the_catch_up_it_leaves_the_model() -> None:
 def test_a_draft_model_is_prefilled_only_where_its_gain_pays_for_the_prefill() -> None:
     # a draft measured winning (GOOD: ~1.6x) whose catch-up costs 3 ms a token: a 40-token prompt
     # for 500 new tokens is worth prefilling, a 2,000-token one for 10 new tokens is not
-    ctrl = DraftController()
-    simulate(ctrl, 150, a=0.010, drafters={"m": GOOD}, rng=np.random.default_rng(4))
-    ctrl.observe(choice=Choice("m", 4), drafted=4, accepted=4, emitted=5, round_s=0.022, draft_s=0.012,
-                 catchup_tokens=40, catchup_s=40 * 0.003)
+    ctrl = _winning_model_controller(seed=4)
     ctrl.choose(drafters=[Candidate("m")], draft_max=8)
     assert ctrl.wants("m", backlog=40, remaining=500)
     assert not ctrl.wants("m", backlog=2000, remaining=10)
@@ -394,10 +397,7 @@ def test_a_prefill_is_priced_at_the_measured_prefill_cost_not_a_catch_ups() -> N
     # a catch-up of a few tokens costs 3 ms a token (a decode call's own cost spread over them), a
     # 200-token prefill 1 ms a token: a 200-token prompt for 100 new tokens (the draft saves 2.8 ms
     # a token) is worth prefilling at the prefill's cost (0.2 s) and would not be at the catch-up's (0.6 s)
-    ctrl = DraftController()
-    simulate(ctrl, 150, a=0.010, drafters={"m": GOOD}, rng=np.random.default_rng(4))
-    ctrl.observe(choice=Choice("m", 4), drafted=4, accepted=4, emitted=5, round_s=0.022, draft_s=0.012,
-                 catchup_tokens=40, catchup_s=40 * 0.003)
+    ctrl = _winning_model_controller(seed=4)
     ctrl.choose(drafters=[Candidate("m")], draft_max=8)
     assert not ctrl.wants("m", backlog=200, remaining=100)
     ctrl.begin(prefilled=["m"], prefill={"m": (200, 200 * 0.001)})
