@@ -24,6 +24,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 
+from ggufspec.llama.compute import compute_thread  # noqa: E402
 from ggufspec.resolve import PairRefs  # noqa: E402
 from ggufspec.runtime import load_pair  # noqa: E402
 from ggufspec.settings import ContextSettings, PairSettings  # noqa: E402
@@ -104,7 +105,8 @@ def _serve(pair, *, queue_size: int):
 def slotted(request, tiny_target_q8: Path, tiny_draft_q8: Path):
     """The app with --parallel 3 and --queue 1, with the tiny draft model or the target alone."""
     drafts = (str(tiny_draft_q8),) if request.param == "draft" else ("none",)
-    with open_pair(refs=PairRefs(target=str(tiny_target_q8), drafts=drafts),
+    # as `ggufspec serve` runs it: every decode of every slot on the one compute thread
+    with compute_thread(), open_pair(refs=PairRefs(target=str(tiny_target_q8), drafts=drafts),
                    settings=PairSettings(context=SETTINGS, offline=True, parallel=SLOTS)) as pair:
         yield from _serve(pair, queue_size=1)
 

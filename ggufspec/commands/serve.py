@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from ggufspec.server.adapter import describe
     from ggufspec.settings import ContextSettings, PairSettings
 
+    from ggufspec.llama.compute import compute_thread
     from ggufspec.llama.lib import set_verbose
 
     set_verbose(args.llama_log)
@@ -109,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
 
     sock = _bind(args.host, args.port)  # before loading: a busy port fails fast
-    with open_pair(refs=refs, settings=settings) as pair:
+    # every decode on one thread, the load's warm-up included: decodes from a second thread run
+    # at about half speed with llama.cpp's OpenMP CPU backend (ggufspec.llama.compute)
+    with compute_thread(), open_pair(refs=refs, settings=settings) as pair:
         info = describe(pair)
         name = args.model_name or info.target_stem
         app = create_app(pair=pair, model_name=name, api_key=args.api_key, queue_size=args.queue,

@@ -113,7 +113,7 @@ class Context:
                 b.logits[len(chunk) - 1] = True
             b.n_tokens = len(chunk)
             with HeldInterrupt():  # llama.cpp may log from inside a decode (see lib)
-                rc = llama.llama_decode(self._ptr, b)
+                rc = lib.decode(self._ptr, b)
                 if rc == 0:
                     self._tokens.extend(int(t) for t in chunk)
             if rc != 0:

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ggufspec.llama import kernels
+from ggufspec.llama import compute, kernels
 
 kernels.activate()  # before llama_cpp is imported: it loads its libraries at import
 
@@ -114,6 +114,16 @@ class HeldInterrupt:
             _setsignal(signal.SIGINT, previous)
             if self.requested:
                 previous(signal.SIGINT, None)  # the default handler raises KeyboardInterrupt
+
+
+def decode(ctx: Any, batch: Any) -> int:
+    """llama_decode(ctx, batch), on the process's compute thread when one is installed (see
+    `compute`). Call it under `HeldInterrupt`, with the bookkeeping of its result: the caller
+    then waits for the decode to end whatever Ctrl-C does, and records what reached the cache."""
+    owner = compute.current()
+    if owner is None:
+        return llama.llama_decode(ctx, batch)
+    return owner.call(llama.llama_decode, ctx, batch)
 
 
 def load_model(path: Path, params: Any) -> Any:

@@ -90,7 +90,7 @@ class MultiContext:
                 i += 1
         b.n_tokens = i
         with self.lock, HeldInterrupt():
-            rc = llama.llama_decode(self._ptr, b)
+            rc = lib.decode(self._ptr, b)
             if rc != 0:
                 # whatever part reached the caches is dropped: each view's tokens stay what it holds
                 for r in requests:
