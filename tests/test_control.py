@@ -245,6 +245,42 @@ def test_a_losing_model_is_not_prefilled_until_its_retry_is_due() -> None:
     assert ctrl.wants("never-seen")  # a drafter never run is always prepared
 
 
+def test_an_exploratory_prefill_costs_its_share_of_the_time_and_opens_in_full() -> None:
+    # a model measured losing (0.83x at best), 200-token prompts for 128 new tokens: its prefill
+    # (3 ms a token) never pays, so it is prefilled only for exploration, once the time since it
+    # last ran is 1 / explore_share times the prefill and the opening's rounds (~0.8 s): every
+    # ~13 prompts of 1.3 s, not every 128 rounds (each prompt); then it runs its full opening
+    ctrl = _losing_model_controller()
+    explored, total_s, explore_s = [], 0.0, 0.0
+    for prompt in range(40):
+        pre = ctrl.wants("m", backlog=200, remaining=128)
+        ctrl.begin(prefilled=["m"] if pre else [], prefill={"m": (200, 0.6)} if pre else None)
+        total_s += 0.6 if pre else 0.0
+        explore_s += 0.6 if pre else 0.0
+        backlog, runs = (0 if pre else 200), 0
+        for r in range(128):
+            c = ctrl.choose(drafters=[Candidate("m", backlog=backlog)], draft_max=8, remaining=128 - r)
+            k = c.draft_len
+            acc = min(k, r % 2)
+            t = 0.010 + 0.008 * k
+            ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=t, draft_s=0.008 * k)
+            total_s += t
+            if c.drafter == "m":
+                runs += 1
+                explore_s += t
+                backlog = SYNCED
+            else:
+                backlog += 1
+        explored.append(runs)
+        if pre:  # the prefill is paid: the opening's rounds, not one
+            assert runs >= ctrl.settings.opening
+        else:
+            assert runs == 0  # no catch-up of 200 tokens pays
+    tried = [i for i, n in enumerate(explored) if n]
+    assert 2 <= len(tried) <= 5 and tried[0] <= 15  # bounded: tried again within a bounded time
+    assert explore_s / total_s <= 2 * ctrl.settings.explore_share
+
+
 # ---- prompts: the controller across generations, as the engine drives it ------------------------
 #
 # Costs as measured on the 2-core CPU with the default pair (in target steps a = 14 ms): a verify of

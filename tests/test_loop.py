@@ -248,9 +248,9 @@ def test_the_controller_runs_the_target_alone_when_the_draft_costs_as_much(fake_
         if i == 0:
             continue
         assert gen.stats.paused_rounds > 0.8 * gen.stats.rounds
-        # within a generation its catch-up never pays, and its prefill pays only for a retry
-        # (bounded exploration: not run for explore * retry = 128 rounds); it opens the prompt
-        # in step, one round (it lost clearly) and a confirmation at most
+        # within a generation its catch-up never pays, and its prefill pays only for exploration
+        # (a 2-3-token prompt is a cheap prefill); it opens the prompt in step: its opening
+        # rounds and a confirmation at most
         runs = gen.stats.drafter_rounds.get("model", 0)
         assert runs <= 1 + controller.settings.confirm
         tried.append(runs > 0)
