@@ -308,3 +308,32 @@ def test_import_does_not_load_llama_cpp() -> None:
     code = "import sys, ggufspec.bench, ggufspec.commands.bench; print('llama_cpp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_end_to_end_speedup_counts_the_prompt_seconds() -> None:
+    """A draft model prefilled with the prompt is faster to generate and slower to read the prompt:
+    the end-to-end speedup weighs both (10 prompt tokens and 11 generated a run here)."""
+    from ggufspec.bench.summary import summarise
+
+    plan = _hand_plan()
+    cfg = {c.name: c for c in plan.configs}
+    alone, default, lookup = cfg["target alone"], cfg[plan.default_config], cfg["lookup K<=4"]
+    fixed = cfg["d K=2"]
+    runs = [
+        # target alone: prompt 0.5 s, 11 tokens in 1.0 s (11 tok/s): 11 / 1.5 s end to end
+        *[_rec(alone, p, r, 11.0, prompt_tps=20.0, gen_s=1.0) for p in ("p1", "p2") for r in range(3)],
+        # the default skipped the draft's prefill: generation 1.1x, end to end 1.5 / (0.5 + 1 / 1.1)
+        *[_rec(default, p, r, 12.1, prompt_tps=20.0, gen_s=1.0 / 1.1) for p in ("p1", "p2") for r in range(3)],
+        # the fixed K prefilled the draft (prompt 1.0 s): generation 1.25x, end to end 1.5 / 1.8
+        *[_rec(fixed, p, r, 13.75, prompt_tps=10.0, gen_s=0.8) for p in ("p1", "p2") for r in range(3)],
+        *[_rec(lookup, p, r, 11.0, prompt_tps=20.0, gen_s=1.0) for p in ("p1", "p2") for r in range(3)],
+    ]
+    s = summarise(plan, runs)
+    by = {c["name"]: c for c in s["configs"]}
+    assert by["d K=2"]["speedup"] == pytest.approx(1.25) and by["d K=2"]["speedup_e2e"] == pytest.approx(1.5 / 1.8)
+    assert s["speedup"] == pytest.approx(1.1) and s["speedup_e2e"] == pytest.approx(1.5 / (0.5 + 1 / 1.1))
+    # generation alone: the default loses to the fixed K; end to end, the fixed K loses to the target alone
+    assert s["default_vs_best"]["all"]["ratio"] == pytest.approx(1.1 / 1.25)
+    e2e = s["default_vs_best_e2e"]["all"]
+    assert e2e["reference"] == "target alone" and e2e["ratio"] == pytest.approx(1.5 / (0.5 + 1 / 1.1))
+    assert s["by_category_e2e"]["d K=2"] == {"chat": pytest.approx(1.5 / 1.8), "code": pytest.approx(1.5 / 1.8)}

@@ -101,6 +101,8 @@ def markdown(result: BenchResult) -> str:
         f"- speedup of the default configuration (`{s['default_config']}`): **{fmt_figure(s['speedup'])}x** "
         f"(worst prompt {fmt_figure(s['speedup_min'])}x; chat prompts {fmt_figure(s['speedup_chat'])}x), "
         f"accept rate {fmt_figure(s['accept_rate'], '{:.1%}')}, expected by Theorem 3.8 {fmt_figure(s['expected_speedup'])}x",
+        f"- end to end (prompt and generation seconds, where a draft model's prefill is paid): default "
+        f"{fmt_figure(s.get('speedup_e2e'))}x",
         f"- target alone: {fmt_figure(s['target_alone_tps'], '{:.1f}')} tok/s; llama-bench: {fmt_figure(s['llama_bench_tps'], '{:.1f}')} tok/s "
         f"(ours / llama-bench = {fmt_figure(s['vs_llama_bench'], '{:.3f}')})",
         "- vs llama.cpp native `llama-speculative-simple` at each one's best K: "
@@ -175,11 +177,12 @@ def _set_counts(summary: Mapping) -> str:
     return ", ".join(f"{name} {len(sub.get('prompts') or [])}" for name, sub in (summary.get("sets") or {}).items()) or "-"
 
 
-def _category_table(summary: Mapping) -> list[str]:
-    """Speedup per greedy configuration: over all prompts of `summary`, then per category."""
-    cats = summary.get("by_category") or {}
+def _category_table(summary: Mapping, *, end_to_end: bool = False) -> list[str]:
+    """Speedup per greedy configuration: over all prompts of `summary`, then per category
+    (`end_to_end`: over prompt and generation seconds)."""
+    cats = summary.get("by_category_e2e" if end_to_end else "by_category") or {}
     names = sorted({c for row in cats.values() for c in row})
-    overall = {c["name"]: c.get("speedup") for c in summary.get("configs") or []}
+    overall = {c["name"]: c.get("speedup_e2e" if end_to_end else "speedup") for c in summary.get("configs") or []}
     lines = ["| configuration | all | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
     for cfg, row in cats.items():
         lines.append(f"| {cfg} | {fmt_figure(overall.get(cfg))} | " + " | ".join(fmt_figure(row.get(n)) for n in names) + " |")
@@ -207,8 +210,17 @@ def _set_sections(result: BenchResult) -> list[str]:
                          + "; ".join(f"{cat} {fmt_figure(v['ratio'])} ({v['reference']})" for cat, v in vs.items()
                                      if v.get("ratio") is not None)
                          + f"; lowest **{fmt_figure(s.get('default_vs_best_min'))}**")
+        vs = s.get("default_vs_best_e2e") or {}
+        if any(v.get("ratio") is not None for v in vs.values()):
+            lines.append(f"- end to end (prompt and generation seconds; a draft model's prefill counts): default "
+                         f"{fmt_figure(s.get('speedup_e2e'))}x; default / best: "
+                         + "; ".join(f"{cat} {fmt_figure(v['ratio'])} ({v['reference']})" for cat, v in vs.items()
+                                     if v.get("ratio") is not None)
+                         + f"; lowest **{fmt_figure(s.get('default_vs_best_e2e_min'))}**")
         if s.get("by_category"):
             lines += ["", *_category_table(s)]
+        if s.get("by_category_e2e"):
+            lines += ["", "End to end (prompt and generation seconds):", "", *_category_table(s, end_to_end=True)]
     return lines
 
 
