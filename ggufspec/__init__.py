@@ -60,6 +60,7 @@ _EXPORTS: dict[str, str] = {
     "Device": "ggufspec.devices",
     "llama_devices": "ggufspec.devices",
     "DeviceLayers": "ggufspec.plan.split",
+    "compute_thread": "ggufspec.llama.compute",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -85,6 +86,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from ggufspec.devices import Device, llama_devices
     from ggufspec.errors import UserError
     from ggufspec.plan.split import DeviceLayers
+    from ggufspec.llama.compute import compute_thread
     from ggufspec.ggufinfo import read_model_info
     from ggufspec.plan import plan_offload
     from ggufspec.resolve import PairRefs, resolve_pair_refs

@@ -67,6 +67,9 @@ def test_calls_from_several_threads_all_run_on_it() -> None:
 
 
 def test_one_compute_thread_at_a_time() -> None:
+    import ggufspec
+
+    assert ggufspec.compute_thread is compute.compute_thread  # public, from the package root
     assert compute.current() is None
     with compute.compute_thread() as owner:
         assert compute.current() is owner
