@@ -67,6 +67,10 @@ the catch-up:
 with R_d its estimate (exploiting) or, for a retry, the better of its estimate and P_d (and its
 prior rate at alpha0 where P_d is within `close` of the other). A retry deferred so is due again
 at the next prompt, when the draft model is prefilled with it (`wants`): retries are cheap there.
+A draft model that imports the target's KV cache (`Candidate.kv_shared`, ggufspec.kvshare) is
+never behind: its backlog is what an import leaves (at most the round's last token), so the
+catch-up rules above never hold it back, and the opening and the hysteresis below, which exist
+to spare catch-ups, do not apply to it; nor is a free drafter charged a catch-up for it.
 A free drafter's round is charged the catch-up it leaves the draft model in play (its emitted
 tokens times u_m): per round, lookup's 3-token rounds looked better than the model's 9-token
 ones on a counting prompt, and the catch-ups they caused were charged to nobody.
@@ -128,12 +132,16 @@ class ControlSettings:
 class Candidate:
     """A drafter the controller may pick this round. `free`: costs nothing to query (lookup);
     `match_len`: a free drafter's proposal length this round (0: nothing to propose); `backlog`:
-    tokens a draft model missed (rounds it sat out) and must catch up on first."""
+    tokens a draft model missed (rounds it sat out) and must catch up on first; `kv_shared`: a
+    draft model that imports the target's KV cache (ggufspec.kvshare): never behind, so leaving it
+    and coming back cost nothing, and neither the opening nor the hysteresis (which exist to
+    spare catch-ups) holds it in play."""
 
     name: str
     free: bool = False
     match_len: int | None = None
     backlog: int = 0  # history tokens a draft model must decode before it can draft (catch-up)
+    kv_shared: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +186,7 @@ class DraftController:
         self._ran_s: dict[str, float] = {}  # source -> `_clock` when it last ran
         self._exploring: set[str] = set()  # draft models prefilled for exploration's sake (full opening)
         self._caps: dict[str, int] = {}  # drafter -> the longest K it could draft when last a candidate
+        self._shared: set[str] = set()  # draft models that import the target's KV cache (last round's candidates)
 
     # ---- estimates ----------------------------------------------------------------------------
 
@@ -448,12 +457,13 @@ class DraftController:
         self._prior = {n: self.prior_rate(n, lo=lo, cap=caps[n]) or 0.0 for n in options if n != NONE}
         # the opening rounds of a prompt (see `begin`), a retry: the estimates decide after them
         backlogs = {c.name: c.backlog for c in drafters}
+        shared = self._shared = {c.name for c in drafters if c.kv_shared}
         if remaining is not None and remaining < self.settings.retry:  # too short to use what it learns
             self._opening.clear()
         opening = self._opening  # (a shared controller: another slot's `begin` may replace it)
         for n in list(opening):
             left = opening.pop(n, 0)
-            if n not in options or backlogs.get(n, 0) > SYNCED or left <= 0:
+            if n not in options or backlogs.get(n, 0) > SYNCED or left <= 0 or n in shared:
                 continue
             if left > 1:
                 opening[n] = left - 1
@@ -503,7 +513,8 @@ class DraftController:
             # now but coming back costs a catch-up, and a few rejected rounds (a name, a number)
             # are not a new regime; where it loses on this prompt, the pool follows in a few dozen rounds
             held = dict(rates)
-            if self._last in held and self._last != NONE and not self._drafters[self._last].free:
+            if (self._last in held and self._last != NONE and not self._drafters[self._last].free
+                    and self._last not in shared):
                 held[self._last] = max(held[self._last], self._pooled[self._last])
             name = max(options, key=lambda n: held[n])  # ties: the first drafter given, none last
             k = options[name][0]
@@ -620,8 +631,8 @@ class DraftController:
         if not last:
             return 0.0
         m = max(last, key=lambda n: last[n])  # type: ignore[arg-type,return-value]
-        if self.round - last[m] > self.settings.retry:  # type: ignore[operator]
-            return 0.0
+        if self.round - last[m] > self.settings.retry or m in self._shared:  # type: ignore[operator]
+            return 0.0  # (a model that imports the target's cache catches up by one import)
         return emitted * (self.catchup_s(m) or 0.0)
 
     def _decay_accepts(self, m: DrafterModel, *, observed: bool = False) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ggufspec import clock
 from ggufspec.errors import UserError
+from ggufspec.kvshare import import_pays
 from ggufspec.sampling import SamplingSettings, probabilities, sample
 from ggufspec.settings import LookupSettings
 from ggufspec.target import Target
@@ -67,12 +68,23 @@ class Drafter(Protocol):
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
+    """Length of the longest common prefix of two token sequences.
+
+    Asked several times a round over the whole history: slices compare in C, and the usual
+    answer (one is a prefix of the other, or they part near the end) takes one comparison; else
+    a bisection over prefix equality, O(n log n) in C instead of n steps of Python."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    a, b = list(a[:n]), list(b[:n])
+    if a == b:
+        return n
+    lo, hi = 0, n - 1  # a[:lo] == b[:lo]; a[:hi + 1] != b[:hi + 1]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 # ---- draft length --------------------------------------------------------------------------
@@ -100,43 +112,79 @@ class DraftLengthSettings:
 # ---- a draft model -------------------------------------------------------------------------
 
 
+class KVSource(Protocol):
+    """A context whose KV cache a draft model may import (ggufspec.kvshare): the target's."""
+
+    @property
+    def tokens(self) -> Sequence[int]: ...
+
+    def state(self) -> bytes:
+        """Its KV cache as llama.cpp serialises one sequence."""
+        ...
+
+
 class ModelDrafter:
     """A small model that drafts autoregressively, keeping its KV cache in step with the history.
 
     Its KV cache holds `ctx.tokens` (a prefix of some history, kept by the context itself); each
     round, and at prefill, it rolls back to the longest prefix shared with the new history,
-    decodes what is missing, then drafts (a new prompt reuses what the cache holds; `reset()`
-    empties it).
+    brings in what is missing, then drafts (a new prompt reuses what the cache holds; `reset()`
+    empties it). What is missing it decodes itself, or, with a `kv_source` (the target's context,
+    for a draft that is the same network: ggufspec.kvshare), imports from the target's cache
+    where that spares it decoding (`kvshare.import_pays`): a prompt's prefill, a catch-up after
+    rounds it sat out, and the last accepted draft token of a fully accepted round.
     Drafts are argmax unless the round asks for sampled ones (rejection sampling at T > 0),
     drawn from q shaped by the same sampling settings as the target's p (then kept as q rows).
     """
 
     free = False
 
-    def __init__(self, context: Target, *, name: str = "model") -> None:
+    def __init__(self, context: Target, *, name: str = "model", kv_source: KVSource | None = None) -> None:
         self.ctx = context  # the draft model's context (llama.Context, or a fake in tests)
         self.name = name
+        self.kv_source = kv_source
+        self.imports = 0  # imports of the target's cache so far
 
     def reset(self) -> None:
         self.ctx.clear()
 
     def prefill(self, prompt: Sequence[int]) -> float:
-        # Everything but the last prompt token: that one is decoded with the first draft step.
-        # What the cache already holds of the prompt is kept (prefix reuse).
+        # Everything but the last prompt token, which is decoded with the first draft step, unless
+        # the target's cache brought it in. What the cache already holds is kept (prefix reuse).
         t = clock.now()
-        self.ctx.decode(self._sync(prompt[:-1]), logits="none")
+        pending, _ = self._sync(prompt)
+        self.ctx.decode(pending[:-1], logits="none")
         return clock.now() - t
 
     def backlog(self, history: Sequence[int]) -> int:
-        return len(history) - common_prefix(self.ctx.tokens, history)
+        return len(history) - self._reach(history)[0]
 
-    def _sync(self, history: Sequence[int]) -> list[int]:
-        """Roll the KV cache back to the shared prefix; return the history tokens still to decode."""
-        kv = self.ctx.tokens
-        m = common_prefix(kv, history)
-        if m < len(kv):
+    def _reach(self, history: Sequence[int]) -> tuple[int, bool]:
+        """(how much of `history` the cache can hold without decoding, whether by an import)."""
+        m = common_prefix(self.ctx.tokens, history)
+        if self.kv_source is not None:
+            held = self.kv_source.tokens
+            c = common_prefix(held, history)
+            if import_pays(gained=c - m, held=len(held)):
+                return c, True
+        return m, False
+
+    def _sync(self, history: Sequence[int]) -> tuple[list[int], int]:
+        """Roll the KV cache back to the shared prefix, importing the target's where that pays;
+        return (the history tokens still to decode, how many the import brought in)."""
+        m, importing = self._reach(history)
+        gained = 0
+        if importing:
+            src = self.kv_source
+            assert src is not None
+            held = list(src.tokens)
+            gained = m - common_prefix(self.ctx.tokens, history)
+            if not self.ctx.load_state(src.state(), held):  # type: ignore[attr-defined]
+                raise RuntimeError(f"the draft model {self.name} refused the target's KV cache")
+            self.imports += 1
+        if m < self.ctx.n_past:
             self.ctx.truncate(m)
-        return list(history[m:])
+        return list(history[m:]), gained
 
     def propose(
         self,
@@ -154,14 +202,18 @@ class ModelDrafter:
             raise ValueError("sampled drafts need an rng")
         # Never draft past the context: the drafted tokens (all but the last) enter the KV cache.
         draft_len = min(draft_len, self.ctx.n_ctx - len(history))
-        pending = self._sync(history)
+        t = clock.now()
+        pending, imported = self._sync(history)
+        sync_s = clock.now() - t
         if not pending:  # history fully in the cache: re-decode its last token to get logits
             self.ctx.truncate(len(history) - 1)
             pending = [history[-1]]
         tokens: list[int] = []
         q_rows: list[np.ndarray | None] = []
-        decode_s = catchup_s = 0.0
-        calls = caught_up = 0
+        # an import that stood in for a catch-up is one (its seconds, its tokens); a round's own
+        # (the last accepted token) is part of drafting
+        decode_s, catchup_s = sync_s, (sync_s if imported > 2 else 0.0)
+        calls, caught_up = 0, (imported if imported > 2 else 0)
         sampled = sampled and not sampling.greedy
         while True:
             t = clock.now()

@@ -235,6 +235,10 @@ def _steps(
         target.clear()
         for d in drafters:
             d.reset()
+    # the target first: a draft model that can import the target's cache (ggufspec.kvshare)
+    # takes the prompt from it instead of decoding it
+    target.decode(prompt[cached:], logits="last")
+    first = _pick(target.logits(-1), sampling, rng)
     # a server slot that starts while another generates runs the target alone (`drafting`): its
     # draft models' prefill would be paid for nothing (measured: ~19% of the decode time with 4
     # clients); they catch up if the slot drafts later
@@ -251,9 +255,8 @@ def _steps(
                 prefilled[d.name] = (max(0, lacks - 1), seconds)  # (the last prompt token waits for the first draft)
     if controller is not None and drafting_now:  # (a slot beside others leaves the pair's controller alone)
         controller.begin(prefilled=list(prefilled), prefill=prefilled)
-    target.decode(prompt[cached:], logits="last")
-    first = _pick(target.logits(-1), sampling, rng)
-    t_first = clock.now()
+    t_first = clock.now()  # the prompt's time: the target's prefill and the draft models'
+
 
     def stats() -> RunStats:
         t_end = clock.now()
@@ -329,7 +332,8 @@ def _steps(
                             )
                             candidates.append(Candidate(d.name, free=True, match_len=len(p.tokens)))
                         else:
-                            candidates.append(Candidate(d.name, backlog=d.backlog(history)))
+                            candidates.append(Candidate(d.name, backlog=d.backlog(history),
+                                                        kv_shared=getattr(d, "kv_source", None) is not None))
                     choice = controller.choose(drafters=candidates, draft_max=draft_max, draft_min=lengths.draft_min,
                                                allow_none=not lengths.always_draft, remaining=remaining)
                     # paused: the target alone by choice, not for want of a proposal

@@ -182,19 +182,23 @@ class SpeculativePair:
         path = resolve_path(ref, offline=self.settings.offline)
         from ggufspec.ggufinfo import read_model_info
 
-        read_model_info(path)  # a clear error for a non-GGUF or truncated file before llama.cpp
+        info = read_model_info(path)  # a clear error for a non-GGUF or truncated file before llama.cpp
         check_vocab(self.target_path, path)
         _, draft_load = _offload(self.target_path, path, self.settings, quiet=True)  # load_pair noted it
-        return self._add_model_drafter(path, draft_load)
+        return self._add_model_drafter(path, info, draft_load)
 
-    def _add_model_drafter(self, path: Path, draft_load: ModelSettings) -> Drafter:
-        """Load a draft model already checked against the target (file and vocabulary)."""
+    def _add_model_drafter(self, path: Path, info: ModelInfo, draft_load: ModelSettings) -> Drafter:
+        """Load a draft model already checked against the target (file and vocabulary). One that
+        is the target's network takes the target's KV cache (--draft-kv auto, ggufspec.kvshare),
+        so its cache has the target's type; another's numerics never reach the output, and it
+        keeps the faster f16 cache."""
+        from ggufspec.kvshare import shared_kv_refusal
         from ggufspec.llama.context import Context
         from ggufspec.llama.model import Model
 
+        shared = self.settings.draft_kv == "auto" and shared_kv_refusal(self.target_info, info) is None
         model = Model(path, settings=draft_load)
-        # the draft's numerics never reach the output: "auto" keeps its faster f16 cache
-        draft_ctx = self.settings.context.with_cache_type("f16")
+        draft_ctx = self.target_ctx.settings if shared else self.settings.context.with_cache_type("f16")
         if self.settings.parallel > 1:  # one sequence per slot; the pair's drafter drafts on slot 0's
             from ggufspec.llama.multi import MultiContext
 
@@ -207,7 +211,7 @@ class SpeculativePair:
         # named by its file; a second draft of the same file gets "#2"
         taken = {d.name for d, *_ in self._drafters.values()}
         name = next(n for n in (path.stem, *(f"{path.stem}#{i}" for i in range(2, 100))) if n not in taken)
-        drafter = ModelDrafter(ctx, name=name)
+        drafter = ModelDrafter(ctx, name=name, kv_source=self.target_ctx if shared else None)
         self._drafters[id(drafter)] = (drafter, path, model, ctx)
         return drafter
 
@@ -326,7 +330,8 @@ class SpeculativePair:
             else:
                 target = multi.views[i]
                 drafters = tuple(
-                    ModelDrafter(d.ctx.multi.views[i], name=d.name) if isinstance(d, ModelDrafter)  # type: ignore[attr-defined]
+                    ModelDrafter(d.ctx.multi.views[i], name=d.name,  # type: ignore[attr-defined]
+                                 kv_source=target if d.kv_source is not None else None) if isinstance(d, ModelDrafter)
                     else LookupDrafter(self.settings.lookup) if isinstance(d, LookupDrafter) else d
                     for d in self.drafters
                 )
@@ -388,9 +393,10 @@ def load_pair(
     draft_path = next((p for p in draft_paths if p is not None), None)
     # Validate every file before loading any: clear errors for non-GGUF / truncated / vocab.
     target_info = read_model_info(target_path)
+    draft_infos: dict[Path, ModelInfo] = {}
     for path in draft_paths:
         if path is not None:
-            read_model_info(path)
+            draft_infos[path] = read_model_info(path)
             check_vocab(target_path, path)
 
     target_load, draft_load = _offload(target_path, draft_path, settings)
@@ -433,7 +439,7 @@ def load_pair(
                 drafters.append(pair.load_drafter(LOOKUP))
                 continue
             load = draft_load if p == draft_path else _offload(target_path, p, settings, quiet=True)[1]
-            drafters.append(pair._add_model_drafter(p, load))
+            drafters.append(pair._add_model_drafter(p, draft_infos[p], load))
         pair.drafters = tuple(drafters)
         pair.draft_path = draft_path
     except BaseException:

@@ -10,6 +10,7 @@ command-line flag to the C call:
     --threads         ContextSettings.n_threads      n_threads
     --cache-type      ContextSettings.cache_type_k/v type_k / type_v
     --ngl / --ngld    PairSettings.n_gpu_layers(_draft)  n_gpu_layers
+    --draft-kv        PairSettings.draft_kv          llama_state_seq_get/set_data (target -> draft)
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ CacheTypeChoice = CacheType | Literal["auto"]
 FlashAttn = Literal["auto", "on", "off"]
 # --ngl: a layer count, "all" (every layer, llama.cpp's -1 / 999) or "auto" (the planner's choice)
 Layers = int | Literal["auto", "all"]
+# --draft-kv: "auto" = a draft model that is the target's network takes the target's KV cache
+# (ggufspec.kvshare); "own" = every draft model computes its own
+DraftKV = Literal["auto", "own"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,10 +115,13 @@ class PairSettings:
     rpc: tuple[str, ...] = ()  # RPC workers "HOST:PORT" (--rpc), llama.cpp devices before the GPUs
     # sequences per context (serve --parallel): N KV caches of context.n_ctx tokens, one per slot
     parallel: int = 1
+    draft_kv: DraftKV = "auto"  # --draft-kv
 
     def __post_init__(self) -> None:
         if not isinstance(self.parallel, int) or self.parallel < 1:
             raise UserError(f"--parallel takes a slot count >= 1, got {self.parallel!r}")
+        if self.draft_kv not in get_args(DraftKV):
+            raise UserError(f"--draft-kv takes auto or own, got {self.draft_kv!r}")
         for flag, value in (("--ngl", self.n_gpu_layers), ("--ngld", self.n_gpu_layers_draft)):
             if value not in ("auto", "all") and (not isinstance(value, int) or value < 0):
                 raise UserError(f"{flag} takes a layer count >= 0, 'all' or 'auto', got {value!r}")

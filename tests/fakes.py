@@ -81,6 +81,7 @@ class FakeModel:
     t_row: float = 0.001  # seconds for each extra row
     kv: list[int] = field(default_factory=list)
     decodes: list[tuple[int, str]] = field(default_factory=list)  # (rows, logits mode) per call
+    loads: int = 0  # load_state calls that took a cache
     _rows: list[np.ndarray] = field(default_factory=list)
 
     @property
@@ -120,6 +121,19 @@ class FakeModel:
 
     def truncate(self, n: int) -> None:
         del self.kv[n:]
+
+    def state(self) -> bytes:
+        """The "KV cache" serialised: its tokens (a draft model that imports it decodes nothing)."""
+        return np.asarray(self.kv, dtype=np.int64).tobytes()
+
+    def load_state(self, data: bytes, tokens: Sequence[int]) -> bool:
+        held = np.frombuffer(data, dtype=np.int64).tolist()
+        if held != list(tokens) or len(held) > self.n_ctx:
+            self.kv.clear()
+            return False
+        self.kv[:] = held
+        self.loads += 1
+        return True
 
     def clear(self) -> None:
         self.kv.clear()

@@ -79,6 +79,28 @@ def test_greedy_identical_to_the_target_alone_on_20_prompts(default_pair) -> Non
     assert used[model_drafter.name] > 0 and used["lookup"] > 0
 
 
+def test_the_draft_takes_the_target_cache_and_with_own_decodes_it_itself(default_pair) -> None:
+    # the Q4_1 draft is the F32 target's network: it imports the target's KV cache (ggufspec.kvshare)
+    pair = default_pair
+    drafter = pair.drafters[0]
+    assert drafter.kv_source is pair.target_ctx
+    assert drafter.ctx.settings.cache_type_k == pair.target_ctx.settings.cache_type_k == "q8_0"
+    tokens = pair.encode(messages=[{"role": "user", "content": "Summarise: the meeting moved to Thursday "
+                                                               "because the room was booked. Bring the slides."}])
+    always = SpeculativeSettings(length=DraftLengthSettings(draft_max=4, always_draft=True))
+    base = pair.generate(prompt_tokens=tokens, max_tokens=48, drafters=()).run()
+    before = drafter.imports
+    out = pair.generate(prompt_tokens=tokens, max_tokens=48, drafters=[drafter], speculative=always,
+                        cache_prompt=False).run()
+    assert out.tokens == base.tokens and out.stats.accepted > 0
+    assert drafter.imports > before
+    with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=512), draft_kv="own")) as own:
+        d = own.drafters[0]
+        assert d.kv_source is None and d.ctx.settings.cache_type_k == "f16"
+        mine = own.generate(prompt_tokens=tokens, max_tokens=48, drafters=[d], speculative=always).run()
+        assert mine.tokens == base.tokens and d.imports == 0 and mine.stats.accepted > 0
+
+
 def test_greedy_identical_when_filling_the_context() -> None:
     with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=256))) as pair:
         tokens = pair.encode(prompt="The quick brown fox jumps over the lazy dog. " * 18)

@@ -11,6 +11,8 @@ from typing import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fakes import FakeClock, FakeModel, FakeVocab, greedy_reference, letters_vocab, ngram_lm
 from ggufspec import clock
@@ -69,6 +71,15 @@ def test_common_prefix() -> None:
     assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
     assert common_prefix([1, 2], [1, 2, 3]) == 2
     assert common_prefix((1, 2, 3), [1, 2, 3]) == 3
+    assert common_prefix([5], [6]) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), max_size=60), st.lists(st.integers(0, 3), max_size=60), st.booleans())
+def test_common_prefix_is_the_naive_scan(a: list[int], b: list[int], as_tuple: bool) -> None:
+    naive = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    assert common_prefix(tuple(a) if as_tuple else a, b) == naive
+    assert common_prefix(a, a + b) == len(a)
 
 
 @pytest.mark.parametrize("kind", ["model", "lookup", "none"])

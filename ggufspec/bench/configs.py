@@ -62,6 +62,7 @@ class BenchPlan:
     temperature: float = 0.8  # of the sampling sweep (0: no sampling sweep)
     n_ctx: int = 2048
     n_threads: int | None = None
+    draft_kv: str = "auto"  # --draft-kv: draft models take the target's KV cache where they can
     seed: int = 1234
     quick: bool = False
     native_bin: Path | None = None
@@ -83,6 +84,7 @@ def make_plan(
     max_tokens: int = 128,
     n_ctx: int = 2048,
     n_threads: int | None = None,
+    draft_kv: str = "auto",
     sweep_all_drafts: bool = True,
     fixed_vs_adaptive: bool = True,
     native: bool | Path | None = None,
@@ -180,7 +182,7 @@ def make_plan(
     return BenchPlan(
         target=target, target_label=draft_label(target), drafts=tuple(drafts), prompts=tuple(prompts),
         configs=tuple(configs), default_config=default_name, repeats=repeats, max_tokens=max_tokens,
-        temperature=temperature, n_ctx=n_ctx, n_threads=n_threads, seed=seed, quick=quick,
+        temperature=temperature, n_ctx=n_ctx, n_threads=n_threads, draft_kv=draft_kv, seed=seed, quick=quick,
         native_bin=native_bin, native_requested=bool(native), llama_bench=llama_bench and native_bin is not None,
         microbench=microbench,
     )

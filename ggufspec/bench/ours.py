@@ -23,9 +23,9 @@ class Ours:
 
         self.plan = plan
         settings = PairSettings(context=ContextSettings(n_ctx=plan.n_ctx, n_threads=plan.n_threads),
-                                n_gpu_layers=0, n_gpu_layers_draft=0)
+                                n_gpu_layers=0, n_gpu_layers_draft=0, draft_kv=plan.draft_kv)  # type: ignore[arg-type]
         self.pair = load_pair(target=plan.target, draft="none", settings=settings)
-        # every drafter loaded once, owned by the pair (drafts keep an f16 KV cache)
+        # every drafter loaded once, owned by the pair
         self.drafters: dict[str, Any] = {d.label: self.pair.load_drafter(d.ref) for d in plan.drafts}
         # one controller per configuration, kept across its prompts: what a user running that
         # configuration would have (shared, one configuration's rounds would steer another's)

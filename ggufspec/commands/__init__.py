@@ -20,6 +20,16 @@ def add_rpc_argument(group: argparse._ArgumentGroup) -> None:
                        help="RPC workers (`ggufspec rpc-server`) used as devices, before local GPUs")
 
 
+def add_draft_kv_argument(group: argparse._ArgumentGroup) -> None:
+    """`--draft-kv auto|own`: whether a draft model that is the target's network takes the target's
+    KV cache instead of decoding the history itself (ggufspec.kvshare)."""
+    group.add_argument(
+        "--draft-kv", default="auto", choices=("auto", "own"), metavar="auto|own",
+        help="auto (default): a draft model that is the target's network at another precision takes the "
+             "target's KV cache (no draft prefill or catch-up decodes); own: it decodes the history itself",
+    )
+
+
 def add_model_arguments(group: argparse._ArgumentGroup, *, draft_help: str, repeatable_draft: bool = False) -> None:
     """`--target`, `--draft`, `--pair` and `--offline`, as every command that loads a pair names them
     (ggufspec.resolve turns them into a target and its drafters)."""
@@ -43,7 +53,7 @@ def add_sampling_arguments(group: argparse._ArgumentGroup) -> None:
 
 def pair_settings(args: argparse.Namespace) -> "PairSettings":
     """PairSettings from the runtime options `run` and `chat` share (--ctx, --threads, --cache-type,
-    --ngl, --ngld, --offline, and --rpc where the command has it); raises UserError on bad values."""
+    --ngl, --ngld, --draft-kv, --offline, and --rpc where the command has it); raises UserError on bad values."""
     from ggufspec.settings import ContextSettings, PairSettings, parse_layers
 
     rpc = getattr(args, "rpc", None)
@@ -54,4 +64,5 @@ def pair_settings(args: argparse.Namespace) -> "PairSettings":
         n_gpu_layers_draft=parse_layers(args.ngld, flag="--ngld"),
         offline=args.offline,
         rpc=(rpc,) if rpc else (),
+        draft_kv=args.draft_kv,
     )

@@ -35,7 +35,7 @@ import json
 import sys
 from pathlib import Path
 
-from ggufspec.commands import add_pair_argument, add_rpc_argument
+from ggufspec.commands import add_draft_kv_argument, add_pair_argument, add_rpc_argument
 from ggufspec.errors import UserError
 
 QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1}  # per prompt set
@@ -76,6 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--no-transformers", action="store_true", help="skip the transformers peer (its runs are slow)")
     r.add_argument("--no-peers", action="store_true", help="skip every peer (native, llama-cpp-python, transformers)")
     add_rpc_argument(r)
+    add_draft_kv_argument(r)
     r.add_argument("--ctx", type=int, default=2048, metavar="N", help="context size (default 2048)")
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     o = p.add_argument_group("output")
@@ -149,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     plan = bench.make_plan(
         prompts=prompts, target=target, drafts=drafts, k_values=k_values, default_k=args.draft_max,
         temperature=args.temp, repeats=repeats, max_tokens=args.max_tokens, n_ctx=args.ctx,
-        n_threads=args.threads, sweep_all_drafts=not args.quick, native=native,
+        n_threads=args.threads, draft_kv=args.draft_kv, sweep_all_drafts=not args.quick, native=native,
         native_k=None, llama_cpp_peer=not args.no_peers,
         transformers_peer=not (args.no_peers or args.no_transformers or args.quick), quick=args.quick, seed=args.seed,
     )

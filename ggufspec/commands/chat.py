@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ggufspec.commands import add_model_arguments, add_sampling_arguments, pair_settings
+from ggufspec.commands import add_draft_kv_argument, add_model_arguments, add_sampling_arguments, pair_settings
 from ggufspec.errors import UserError
 
 
@@ -55,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     r.add_argument("--ngl", default="auto", metavar="N|all|auto", help="target layers on the GPU (default auto: planner)")
     r.add_argument("--ngld", default="auto", metavar="N|all|auto", help="draft layers on the GPU (default auto)")
+    add_draft_kv_argument(r)
     r.add_argument("--llama-log", action="store_true", help="show llama.cpp's own log")
     o = p.add_argument_group("output")
     o.add_argument("-v", "--verbose", action="store_true", help="colour each token by where it came from (/verbose)")

@@ -25,7 +25,9 @@ import argparse
 import json
 import sys
 
-from ggufspec.commands import add_model_arguments, add_rpc_argument, add_sampling_arguments, pair_settings
+from ggufspec.commands import (
+    add_draft_kv_argument, add_model_arguments, add_rpc_argument, add_sampling_arguments, pair_settings,
+)
 from ggufspec.errors import UserError
 
 
@@ -55,6 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--ngl", default="auto", metavar="N|all|auto", help="target layers on the GPU (default auto: planner)")
     r.add_argument("--ngld", default="auto", metavar="N|all|auto", help="draft layers on the GPU (default auto)")
     add_rpc_argument(r)
+    add_draft_kv_argument(r)
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
     r.add_argument(
         "--cache-type", default="auto", choices=("auto", "f16", "q8_0", "q4_0", "f32"), metavar="TYPE",

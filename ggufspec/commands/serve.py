@@ -33,7 +33,7 @@ import os
 import socket
 import sys
 
-from ggufspec.commands import add_model_arguments, add_rpc_argument
+from ggufspec.commands import add_draft_kv_argument, add_model_arguments, add_rpc_argument
 from ggufspec.errors import UserError
 
 
@@ -54,6 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"), help="uvicorn log level")
     r = p.add_argument_group("runtime")
     add_rpc_argument(r)
+    add_draft_kv_argument(r)
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     r.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if args.api_key is not None and not args.api_key.strip():
         raise UserError("--api-key is empty; give a key or leave it out")
     settings = PairSettings(context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads), offline=args.offline,
-                            rpc=(args.rpc,) if args.rpc else (), parallel=args.parallel)
+                            rpc=(args.rpc,) if args.rpc else (), parallel=args.parallel, draft_kv=args.draft_kv)
     # the server's draft length; a request may change draft_max and always_draft
     draft_length = DraftLengthSettings(draft_p_min=args.draft_p_min, always_draft=args.always_draft)
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
