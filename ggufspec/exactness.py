@@ -6,7 +6,8 @@ batch (a one-row decode of the target alone against a K+1-row verify):
 * weights: llama.cpp's stock CPU backend multiplies 2+ rows with llamafile's tinyBLAS; only
   Q8_0/Q4_0/Q4_1 sum in the same order as the one-row dot products there (measured: max |logit|
   difference 0 for those, 0.038 F32, 0.04 F16, up to 0.7 for K-quants). The exact kernels
-  (scripts/build_exact_kernels.sh, ggufspec.llama.kernels) make every type invariant.
+  (scripts/build_exact_kernels.sh, ggufspec.llama.kernels: one kernel for every batch size)
+  make every type invariant.
 * attention: with an f16 KV cache, past 256 tokens a one-row decode sums in per-thread chunks and
   a verify in one pass (up to 1.56 apart at 970 tokens, measured); a q8_0 (or q4_0) cache takes
   the same per-row path for both: 0 difference at any length, for 15-20% slower steps at 1000
@@ -40,7 +41,8 @@ def greedy_exactness(target: ModelInfo, *, on_gpu: bool, cache_type: str, invari
         target: the target's metadata and tensor table (ggufinfo.read_model_info).
         on_gpu: target layers are really offloaded to a GPU (or an RPC worker).
         cache_type: the target's KV cache type.
-        invariant_kernels: the CPU backend has no llamafile (llama.lib.batch_invariant_kernels()).
+        invariant_kernels: the CPU backend takes one kernel at every batch size
+            (llama.lib.batch_invariant_kernels()).
     """
     if on_gpu:
         return "the target runs on a GPU, whose kernels differ by batch size: rare near-tie flips are possible"

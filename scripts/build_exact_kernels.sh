@@ -3,13 +3,21 @@
 #
 # llama.cpp's CPU backend multiplies batches of 2+ rows with llamafile's tinyBLAS and single rows
 # with ggml's own dot products; for F32/F16/BF16 weights the two round differently, so a verify
-# batch can flip a greedy near-tie. This builds llama.cpp's CPU backend (libggml-cpu) without
-# llamafile, from the llama.cpp source inside the llama-cpp-python sdist of the installed version,
-# and puts it beside copies of the installed libraries in ~/.cache/ggufspec/kernels/. ggufspec
-# loads it from there on its own; GGUFSPEC_KERNELS=stock turns it off. About a minute on 2 cores.
+# batch can flip a greedy near-tie. This builds llama.cpp's CPU backend (libggml-cpu) so that every
+# batch size takes one kernel, from the llama.cpp source inside the llama-cpp-python sdist of the
+# installed version, and puts it beside copies of the installed libraries in
+# ~/.cache/ggufspec/kernels/. ggufspec loads it from there on its own; GGUFSPEC_KERNELS=stock turns
+# it off. About a minute on 2 cores. Two variants (KERNELS=...):
+#   tinyblas  every batch size, one row included, through llamafile's tinyBLAS (its "only for
+#             prompt processing" gate removed in a patched copy of sgemm.cpp). The default on
+#             x86-64, where tinyBLAS has no batch-size gate of its own. On the 2-core AVX2 EPYC:
+#             one-row F32 decode 19.4-20.2 ms (ggml 19.2-19.5), 9 rows 46 ms (55), prefill 2.35
+#             ms a token (3.55); on an AVX-512 EPYC the one-row decode was 10-15% slower.
+#   ggml      llamafile off: ggml's dot products at every batch size. The default elsewhere.
 #
-#   scripts/build_exact_kernels.sh          # once per llama-cpp-python version (a no-op when built)
-#   FORCE=1 scripts/build_exact_kernels.sh  # rebuild
+#   scripts/build_exact_kernels.sh               # once per llama-cpp-python version (a no-op when built)
+#   KERNELS=ggml scripts/build_exact_kernels.sh  # the other variant (rebuilds when it differs)
+#   FORCE=1 scripts/build_exact_kernels.sh       # rebuild
 set -euo pipefail
 
 JOBS="${JOBS:-2}"
@@ -20,25 +28,52 @@ if [[ ! -f "$INSTALLED/libllama.so" ]]; then
   echo "error: no libllama.so in $INSTALLED; install ggufspec (pip install -e .) in this environment first" >&2
   exit 2
 fi
-# built, and for this very build of llama-cpp-python (a reinstall makes the overlay stale)
-if [[ -z "${FORCE:-}" ]] && python -c 'import sys; from ggufspec.llama import kernels; sys.exit(kernels.current_overlay() is None)'; then
-  echo "exact kernels already built: $OUT"
+VARIANT="${KERNELS:-auto}"
+if [[ "$VARIANT" == auto ]]; then
+  [[ "$(uname -m)" == x86_64 ]] && VARIANT=tinyblas || VARIANT=ggml
+fi
+[[ "$VARIANT" == tinyblas || "$VARIANT" == ggml ]] || { echo "error: KERNELS must be tinyblas, ggml or auto, got $VARIANT" >&2; exit 2; }
+# built, for this very build of llama-cpp-python (a reinstall makes the overlay stale), this variant
+if [[ -z "${FORCE:-}" ]] && python -c 'import sys; from ggufspec.llama import kernels; lib = kernels.current_overlay(); sys.exit(lib is None or kernels.overlay_variant(lib) != sys.argv[1])' "$VARIANT"; then
+  echo "exact kernels ($VARIANT) already built: $OUT"
   exec "$(dirname "$0")/build_rpc_backend.sh"  # --rpc and `ggufspec rpc-server` (a no-op when built)
 fi
 LLAMA_CPP_PYTHON_VERSION="$(python -c 'from ggufspec.llama import kernels; print(kernels.installed_version())')"
 source "$(dirname "$0")/llama_cpp_source.sh"
 KERNELS="$(dirname "$(dirname "$OUT")")"  # <cache>/kernels: the overlay and its temporary sibling
 
-BUILD="$DIR/build-exact-$VERSION"
+BUILD="$DIR/build-exact-$VARIANT-$VERSION"
+if [[ "$VARIANT" == tinyblas ]]; then
+  # a copy of the source (hard links: no space) whose sgemm.cpp alone is patched, so the native
+  # peers built from $SRC keep llama.cpp's stock kernels
+  PATCHED="$DIR/src-exact-tinyblas-$VERSION"
+  rm -rf "$PATCHED"
+  cp -al "$SRC" "$PATCHED"
+  SGEMM=ggml/src/ggml-cpu/llamafile/sgemm.cpp
+  rm "$PATCHED/$SGEMM"
+  python - "$SRC/$SGEMM" "$PATCHED/$SGEMM" <<'PY'
+import sys
+src, dst = sys.argv[1], sys.argv[2]
+text = open(src).read()
+gate = "    // only enable sgemm for prompt processing\n#if !defined(__MMA__)\n    if (n < 2)\n        return false;\n#endif\n"
+if text.count(gate) != 1:
+    sys.exit(f"error: {src} does not hold llamafile's one-row gate as expected; build with KERNELS=ggml")
+open(dst, "w").write(text.replace(gate, "    // ggufspec: every batch size, one row included, so a row's logits do not depend on its batch\n"))
+PY
+  SRC="$PATCHED"
+  LLAMAFILE=ON
+else
+  LLAMAFILE=OFF
+fi
 cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" -Wno-dev \
   -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=ON \
   -DGGML_NATIVE=ON \
-  -DGGML_LLAMAFILE=OFF \
+  -DGGML_LLAMAFILE=$LLAMAFILE \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
   -DLLAMA_BUILD_SERVER=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF >"$BUILD.log" 2>&1 \
   || { cat "$BUILD.log" >&2; echo "error: cmake could not configure llama.cpp (log above)" >&2; exit 1; }
-echo "building llama.cpp's CPU backend without llamafile (about a minute on 2 cores)"
+echo "building llama.cpp's CPU backend with one kernel for every batch size ($VARIANT; about a minute on 2 cores)"
 cmake --build "$BUILD" --config Release -j "$JOBS" --target ggml-cpu >>"$BUILD.log" 2>&1 \
   || { tail -30 "$BUILD.log" >&2; echo "error: the build failed (log: $BUILD.log)" >&2; exit 1; }
 
@@ -49,17 +84,18 @@ trap 'rm -rf "$TMP"' EXIT
 cp -a "$INSTALLED"/. "$TMP"/
 rm -f "$TMP"/libggml-cpu.so*
 cp -a "$BUILD"/bin/libggml-cpu.so* "$TMP"/
+echo "$VARIANT" > "$TMP/$(python -c 'from ggufspec.llama import kernels; print(kernels.VARIANT_FILE)')"
 mkdir -p "$(dirname "$OUT")"
 rm -rf "$OUT"
 mv "$TMP" "$OUT"
 trap - EXIT
-python - "$OUT" <<'PY'
+python - "$OUT" "$VARIANT" <<'PY'
 import os, subprocess, sys
 env = dict(os.environ, LLAMA_CPP_LIB_PATH=sys.argv[1])
 info = subprocess.run([sys.executable, "-c", "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"],
                       env=env, capture_output=True, text=True, check=True).stdout
-if "LLAMAFILE = 1" in info:
-    sys.exit(f"error: the overlay in {sys.argv[1]} still reports llamafile: {info.strip()}")
+if ("LLAMAFILE = 1" in info) != (sys.argv[2] == "tinyblas"):
+    sys.exit(f"error: the overlay in {sys.argv[1]} ({sys.argv[2]}) reports the wrong llamafile setting: {info.strip()}")
 PY
-echo "built: $OUT (llama.cpp CPU backend without llamafile, llama-cpp-python $VERSION)"
+echo "built: $OUT (llama.cpp CPU backend, one kernel for every batch size: $VARIANT; llama-cpp-python $VERSION)"
 "$(dirname "$0")/build_rpc_backend.sh"  # llama.cpp RPC backend for --rpc (about 30 s)

@@ -57,6 +57,23 @@ def test_an_overlay_for_the_installed_build_is_activated(tmp_path: Path) -> None
     assert got["lib"] == str(lib) and got["env"] == str(lib)
 
 
+def test_the_overlay_names_its_variant(tmp_path: Path) -> None:
+    lib = _fake_overlay(tmp_path)
+    assert kernels.overlay_variant(lib) == "ggml"  # built before variants existed: no llamafile
+    (lib / kernels.VARIANT_FILE).write_text("tinyblas\n")
+    assert kernels.overlay_variant(lib) == "tinyblas"
+    assert kernels.overlay_variant(tmp_path) is None  # not an overlay
+    # copies of the stock libraries (llamafile with its one-row gate) are not invariant, whatever
+    # the marker claims, unless they are the overlay really loaded
+    (lib / kernels.VARIANT_FILE).unlink()
+    assert _probe(_env(tmp_path))["invariant"] is (b"LLAMAFILE = 1" not in _system_info())
+
+
+def _system_info() -> bytes:
+    return subprocess.run([sys.executable, "-c", "import llama_cpp, sys; sys.stdout.buffer.write(llama_cpp.llama_print_system_info())"],
+                          capture_output=True, env=_env(Path("/nonexistent")), check=True, timeout=120).stdout
+
+
 def test_stale_overlay_stock_switch_and_user_path_are_respected(tmp_path: Path) -> None:
     lib = _fake_overlay(tmp_path)
     # GGUFSPEC_KERNELS=stock: not used, and an inherited pointer to it is dropped

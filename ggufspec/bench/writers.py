@@ -92,7 +92,7 @@ def markdown(result: BenchResult) -> str:
         f"**Machine**: {m['cpu']}, {m['physical_cores']} cores ({m['logical_cores']} logical), "
         f"{m['ram_bytes'] / 2**30:.0f} GiB RAM, {'GPUs: ' + ', '.join(g['name'] for g in m['gpus']) if m['gpus'] else 'no GPU'}; "
         f"{m['threads']} threads; llama-cpp-python {m['versions'].get('llama_cpp')}"
-        f"{' (CPU backend without llamafile: batch-invariant kernels)' if m.get('batch_invariant_kernels') else ''}, "
+        f"{' (batch-invariant CPU kernels: one for every batch size)' if m.get('batch_invariant_kernels') else ''}, "
         f"Python {m['versions']['python']}; "
         f"load average at start / end {_loadtext(m.get('load_start'))} / {_loadtext(m.get('load_end'))}.",
         "",

@@ -1,16 +1,25 @@
-"""Batch-invariant CPU kernels: an overlay of llama.cpp's CPU backend built without llamafile.
+"""Batch-invariant CPU kernels: an overlay of llama.cpp's CPU backend with one kernel per weight
+type for every batch size.
 
 Greedy speculative output equals the target alone only if a token's logits do not depend on
 how many tokens share its batch. llama.cpp's CPU backend multiplies a one-row batch with ggml's
 own dot products, but a batch of 2+ rows with llamafile's tinyBLAS (ggml-cpu/llamafile/sgemm.cpp:
 "only enable sgemm for prompt processing"). For Q8_0/Q4_0/Q4_1 weights both sum in the same order;
 for F32/F16/BF16 they do not: max |logit| difference 0.038 between a one-row decode and the same
-token in a batch of 5, SmolLM2-135M F32, 880 tokens of context (measured). Built with
-GGML_LLAMAFILE=OFF, every batch size takes ggml's dot products: 0.0 for F32, F16 and Q8_0.
+token in a batch of 5, SmolLM2-135M F32, 880 tokens of context (measured). Two overlays fix it
+(`overlay_variant`):
+* "tinyblas": that gate removed, so every batch size takes tinyBLAS, which sums each output over
+  k in one order whatever its tile (0.0 for F32 at 1, 2, 5, 9 and 12 rows and for a prefill split
+  anywhere, measured); on x86-64 it has no other batch-size gate. Faster where it counts for
+  speculation on the 2-core AVX2 EPYC: 9 rows 46 ms against 55, a prefill 2.35 ms a token
+  against 3.55, one row 19.4-20.2 ms against 19.2-19.5 (an AVX-512 host measured that one 10-15%
+  slower);
+* "ggml": built with GGML_LLAMAFILE=OFF, every batch size takes ggml's dot products: 0.0 for F32,
+  F16 and Q8_0. Elsewhere than x86-64, where tinyBLAS has gates of its own (n < 4, n < 8 on ARM).
 
 `scripts/build_exact_kernels.sh` builds that `libggml-cpu` from the llama.cpp source vendored in
 the sdist of the installed llama-cpp-python, into `overlay_dir()` beside copies of the installed
-libraries. `activate()` (called by `ggufspec.llama.lib` before it imports llama_cpp) points
+libraries, and names its variant in the file `VARIANT_FILE` there. `activate()` (called by `ggufspec.llama.lib` before it imports llama_cpp) points
 llama-cpp-python at it through its own LLAMA_CPP_LIB_PATH. Nothing here imports llama_cpp; the
 library module checks what was really loaded (`ggufspec.llama.lib.batch_invariant_kernels()`).
 
@@ -30,6 +39,7 @@ from ggufspec.paths import kernels_dir
 
 # the libraries llama-cpp-python loads from LLAMA_CPP_LIB_PATH (llama_cpp.llama_cpp, llama_cpp.mtmd_cpp)
 _REQUIRED = ("libllama.so", "libggml.so", "libggml-base.so", "libggml-cpu.so")
+VARIANT_FILE = "EXACT_KERNELS"  # in the overlay: "tinyblas" or "ggml" (scripts/build_exact_kernels.sh)
 
 
 def installed_version() -> str | None:
@@ -70,6 +80,18 @@ def activate() -> Path | None:
     if lib is not None:
         os.environ["LLAMA_CPP_LIB_PATH"] = str(lib)
     return lib
+
+
+def overlay_variant(lib: Path) -> str | None:
+    """Which batch-invariant kernels the overlay in `lib` has: "tinyblas" (llamafile's, at every
+    batch size) or "ggml" (no llamafile); an overlay built before variants existed is "ggml".
+    None: `lib` is not an overlay."""
+    if not (lib / "libggml-cpu.so").is_file():
+        return None
+    try:
+        return (lib / VARIANT_FILE).read_text().strip() or "ggml"
+    except FileNotFoundError:
+        return "ggml"
 
 
 def installed_lib_dir() -> Path | None:

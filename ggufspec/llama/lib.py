@@ -78,9 +78,16 @@ def gpu_offload_supported() -> bool:
 @functools.cache
 def batch_invariant_kernels() -> bool:
     """True when llama.cpp's CPU matmuls give a token the same logits whatever its batch holds,
-    for every weight type: a CPU backend without llamafile's tinyBLAS (see ggufspec.llama.kernels).
-    With tinyBLAS only Q8_0/Q4_0/Q4_1 weights are batch-invariant (measured)."""
-    return b"LLAMAFILE = 1" not in llama.llama_print_system_info()
+    for every weight type: a CPU backend without llamafile's tinyBLAS, or the overlay whose
+    tinyBLAS takes every batch size (see ggufspec.llama.kernels). With the stock tinyBLAS only
+    Q8_0/Q4_0/Q4_1 weights are batch-invariant (measured)."""
+    if b"LLAMAFILE = 1" not in llama.llama_print_system_info():
+        return True
+    from ggufspec.llama import kernels
+
+    lib = kernels.current_overlay()
+    return (lib is not None and os.environ.get("LLAMA_CPP_LIB_PATH") == str(lib)
+            and kernels.overlay_variant(lib) == "tinyblas")
 
 
 class HeldInterrupt:
