@@ -157,34 +157,32 @@ class ModelDrafter:
         return clock.now() - t
 
     def backlog(self, history: Sequence[int]) -> int:
-        return len(history) - self._reach(history)[0]
+        return len(history) - self._reach(history)[1]
 
-    def _reach(self, history: Sequence[int]) -> tuple[int, bool]:
-        """(how much of `history` the cache can hold without decoding, whether by an import)."""
-        m = common_prefix(self.ctx.tokens, history)
+    def _reach(self, history: Sequence[int]) -> tuple[int, int]:
+        """(how much of `history` its own cache holds, how much it can hold without decoding:
+        more where importing the target's cache pays)."""
+        own = common_prefix(self.ctx.tokens, history)
         if self.kv_source is not None:
             held = self.kv_source.tokens
             c = common_prefix(held, history)
-            if import_pays(gained=c - m, held=len(held)):
-                return c, True
-        return m, False
+            if import_pays(gained=c - own, held=len(held)):
+                return own, c
+        return own, own
 
     def _sync(self, history: Sequence[int]) -> tuple[list[int], int]:
         """Roll the KV cache back to the shared prefix, importing the target's where that pays;
         return (the history tokens still to decode, how many the import brought in)."""
-        m, importing = self._reach(history)
-        gained = 0
-        if importing:
+        own, m = self._reach(history)
+        if m > own:
             src = self.kv_source
             assert src is not None
-            held = list(src.tokens)
-            gained = m - common_prefix(self.ctx.tokens, history)
-            if not self.ctx.load_state(src.state(), held):  # type: ignore[attr-defined]
+            if not self.ctx.load_state(src.state(), list(src.tokens)):  # type: ignore[attr-defined]
                 raise RuntimeError(f"the draft model {self.name} refused the target's KV cache")
             self.imports += 1
         if m < self.ctx.n_past:
             self.ctx.truncate(m)
-        return list(history[m:]), gained
+        return list(history[m:]), m - own
 
     def propose(
         self,

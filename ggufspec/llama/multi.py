@@ -6,6 +6,15 @@ rollback get reused by another, so a sequence's cells leave position order; flas
 sums in another order and greedy near-ties can flip. With one stream each, a sequence's cache is
 laid out exactly as a one-sequence `Context` lays it out, whatever the others do.
 
+With one stream per sequence llama.cpp splits a batch into ubatches of *consecutive* sequence ids
+(a ubatch views a range of streams), so sequences 0 and 2 cost two passes over the weights where
+0, 1 and 2 cost one: 41.8 ms against 25.1 for 0 and 1, and 0, 1, 3 46.4 ms against 31.5 for all
+four (F32 SmolLM2, 2 threads). Server slots leave such gaps whenever a request ends before the next
+one starts. A merged decode therefore fills each gap with one throwaway token of the idle sequence
+at its next position, no logits, removed from its cache right after (`filled` counts them): one
+pass for one more row. The sequence's cache is left as it was (the freed cell is where its next
+token goes, as before), so its logits stay bit-identical (tests/test_multi.py).
+
 `SeqView` implements `target.Target` for one sequence: its `decode` is a request to the context's
 `Batcher`, which merges the decodes that views submit at the same time into ONE `llama_decode`
 (different seq_ids in one llama_batch) and hands each view copies of its logits rows. Every
@@ -70,34 +79,57 @@ class MultiContext:
         self._n_vocab = model.n_vocab
         self.batcher = Batcher(self._run, max_tokens=self.n_batch, max_wait_s=max_wait_s)
         self.views = tuple(SeqView(self, seq) for seq in range(n_seq))
+        self.filled = 0  # throwaway tokens that filled a gap between the sequences of a decode
 
     def _run(self, requests: Sequence[Request]) -> None:
         """One llama_decode for every request; each gets {row: logits copy} for its asked rows."""
         # In sequence order: with one KV stream per sequence llama.cpp splits a batch into ubatches
         # of consecutive seq_ids in batch order (llama_batch_allocr::split_equal, sequential), so
-        # sequences 1, 0 in arrival order would cost two passes over the weights, 0, 1 one.
+        # sequences 1, 0 in arrival order would cost two passes over the weights, 0, 1 one; and
+        # a gap (0, 2) is filled with a throwaway token of the idle sequence (module docstring).
         requests = sorted(requests, key=lambda r: r.payload.seq)
+        seqs = [r.payload.seq for r in requests]
+        gaps = sorted(set(range(seqs[0], seqs[-1] + 1)) - set(seqs))
+        if sum(len(r.tokens) for r in requests) + len(gaps) > self.n_batch:
+            gaps = []
         b = self._batch
-        i = 0
-        for r in requests:
-            chunk: _Chunk = r.payload
-            for j, tok in enumerate(r.tokens):
-                b.token[i] = tok
-                b.pos[i] = chunk.pos + j
-                b.n_seq_id[i] = 1
-                b.seq_id[i][0] = chunk.seq
-                b.logits[i] = chunk.rows[j]
-                i += 1
-        b.n_tokens = i
         with self.lock, HeldInterrupt():
+            fill = {}  # idle sequence -> the position of its throwaway token
+            for s in gaps:
+                pos = llama.llama_memory_seq_pos_max(self._mem, s) + 1
+                if pos >= self.n_ctx:  # its cache is full: two passes, then
+                    fill = {}
+                    break
+                fill[s] = pos
+            i = 0
+            for r in self._with_fill(requests, fill):
+                if isinstance(r, tuple):  # (sequence, position) of a throwaway token
+                    b.token[i], b.pos[i], b.n_seq_id[i], b.seq_id[i][0], b.logits[i] = 0, r[1], 1, r[0], False
+                    i += 1
+                    continue
+                chunk: _Chunk = r.payload
+                for j, tok in enumerate(r.tokens):
+                    b.token[i] = tok
+                    b.pos[i] = chunk.pos + j
+                    b.n_seq_id[i] = 1
+                    b.seq_id[i][0] = chunk.seq
+                    b.logits[i] = chunk.rows[j]
+                    i += 1
+            b.n_tokens = i
             rc = lib.decode(self._ptr, b)
+            for s, pos in fill.items():  # what reached the cache of an idle sequence goes again
+                llama.llama_memory_seq_rm(self._mem, s, pos, -1)
+            self.filled += len(fill)
             if rc != 0:
                 # whatever part reached the caches is dropped: each view's tokens stay what it holds
                 for r in requests:
                     llama.llama_memory_seq_rm(self._mem, r.payload.seq, r.payload.pos, -1)
                 raise RuntimeError(f"llama_decode failed with code {rc}")
             i = 0
-            for r in requests:
+            for r in self._with_fill(requests, fill):
+                if isinstance(r, tuple):
+                    i += 1
+                    continue
                 rows: dict[int, np.ndarray] = {}
                 for j, want in enumerate(r.payload.rows):
                     if want:
@@ -107,6 +139,12 @@ class MultiContext:
                         rows[j] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
                 r.result = rows
                 i += len(r.tokens)
+
+    @staticmethod
+    def _with_fill(requests: Sequence[Request], fill: dict[int, int]) -> list:
+        """The requests (in sequence order) with each throwaway (sequence, position) in its place."""
+        out: list = [*requests, *fill.items()]
+        return sorted(out, key=lambda r: r[0] if isinstance(r, tuple) else r.payload.seq)
 
     def warmup(self) -> None:
         """One throwaway decode (pages the weights in, builds the graph), then empty caches."""

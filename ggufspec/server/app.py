@@ -162,7 +162,7 @@ async def _generate(
 ) -> Response:
     """Queue the generation, then stream its events or answer with all of it."""
     gen = adapter.generation_request(body, tokens=tokens, max_tokens=max_tokens, draft_length=st.draft_length)
-    job = Job(request=gen, loop=asyncio.get_running_loop())
+    job = Job(request=gen, loop=asyncio.get_running_loop(), stream=bool(body.stream))
     st.worker.submit(job)
     reply = Reply.new(chat=endpoint == CHAT, model=st.model_name, draft=st.info.draft_name)
     if body.stream:

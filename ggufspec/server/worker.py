@@ -43,6 +43,9 @@ class Job:
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     enqueued: float = field(default_factory=time.perf_counter)
+    # the client reads the text as it comes (SSE); False: it waits for the whole reply, so the
+    # text goes in one event at the end instead of waking the event loop for every token
+    stream: bool = True
 
     def emit(self, kind: str, value: Any = None) -> None:
         try:
@@ -175,17 +178,23 @@ def run_job(pair: adapter.Pair, job: Job, metrics: Metrics, *, stopping: Callabl
     except UserError as exc:
         return ("error", invalid(str(exc)))
     first = True
+    held: list[str] = []  # a non-streaming job's text, emitted once
     try:
         for step in gen:
             if first:
                 metrics.ttft.observe(time.perf_counter() - job.enqueued)
                 first = False
             if step.text:
-                job.emit("text", step.text)
+                if job.stream:
+                    job.emit("text", step.text)
+                else:
+                    held.append(step.text)
             if job.cancel.is_set():
                 break  # the client is gone: free the pair (or slot) now
     finally:
         gen.close()  # no-op when the generation ran to its end
+    if held:
+        job.emit("text", "".join(held))
     if gen.stats is not None:
         metrics.record(gen.stats)
     if stopping() and job.cancel.is_set():
