@@ -143,14 +143,17 @@ def test_it_picks_the_better_of_two_drafters_and_lookup_where_it_matches() -> No
 
 
 def test_free_drafters_are_scored_without_being_chosen() -> None:
-    # always-draft with the model: lookup never wins a round, yet its accept rate is learned from
-    # the tokens the target emitted (Not-a-Bandit's full information)
-    ctrl = DraftController()
-    rng = np.random.default_rng(5)
-    drafters = {"m": GOOD, "lookup": Sim(b=0.0005, alpha=0.3, free=True)}
-    simulate(ctrl, 400, a=0.010, drafters=drafters, rng=rng, allow_none=False)
-    pi = ctrl.prefix_accept("lookup", 2)
-    assert pi[0] == pytest.approx(0.3, abs=0.1)
+    # always-draft with the model: lookup never wins a round and is never retried, yet its accept
+    # rate is learned from the tokens the target emitted (Not-a-Bandit's full information). One
+    # run's estimate weighs its last ~30 rounds (sd ~0.07 over seeds): the mean over 8 runs.
+    estimates = []
+    for seed in range(8):
+        ctrl = DraftController()
+        drafters = {"m": GOOD, "lookup": Sim(b=0.0005, alpha=0.3, free=True)}
+        choices, _ = simulate(ctrl, 400, a=0.010, drafters=drafters, rng=np.random.default_rng(seed), allow_none=False)
+        assert share(choices[SETTLE:], "lookup") < 0.02
+        estimates.append(ctrl.prefix_accept("lookup", 2)[0])
+    assert float(np.mean(estimates)) == pytest.approx(0.3, abs=0.06)
 
 
 def test_a_counted_controller_depends_on_counts_not_time() -> None:
