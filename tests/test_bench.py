@@ -337,3 +337,26 @@ def test_end_to_end_speedup_counts_the_prompt_seconds() -> None:
     e2e = s["default_vs_best_e2e"]["all"]
     assert e2e["reference"] == "target alone" and e2e["ratio"] == pytest.approx(1.5 / (0.5 + 1 / 1.1))
     assert s["by_category_e2e"]["d K=2"] == {"chat": pytest.approx(1.5 / 1.8), "code": pytest.approx(1.5 / 1.8)}
+
+
+def test_compared_quants_run_alone_and_stay_out_of_the_default_configuration() -> None:
+    """`--draft-quants` adds drafts to compare; the default configuration is what `run` drafts with."""
+    prompts = [bench.prompts.BenchPrompt(id="p1", category="chat", messages=({"role": "user", "content": "a"},))]
+    drafts = [
+        bench.DraftSpec(label="Q4_1", ref="q41.gguf"),
+        bench.DraftSpec(label="Q2_K", ref="q2k.gguf", compared=True),
+        bench.DraftSpec(label="lookup", ref="lookup"),
+    ]
+    plan = bench.make_plan(prompts=prompts, target="t.gguf", drafts=drafts, k_values=(2,), default_k=8,
+                           temperature=0.0, repeats=1, native=False, llama_cpp_peer=False, sweep_all_drafts=True)
+    names = [c.name for c in plan.configs]
+    assert plan.default_config == "Q4_1+lookup K<=8"
+    assert {"Q2_K K<=8", "Q2_K K<=8 always-draft", "Q2_K K=2", "Q4_1 K<=8", "lookup K<=8"} <= set(names)
+    assert not any("Q2_K" in n and "+" in n for n in names)
+    # one own draft beside compared ones: the default is that draft alone, listed once
+    solo = bench.make_plan(prompts=prompts, target="t.gguf", drafts=drafts[:2], k_values=(2,), default_k=8,
+                           temperature=0.0, repeats=1, native=False, llama_cpp_peer=False)
+    assert solo.default_config == "Q4_1 K<=8" and [c.name for c in solo.configs].count("Q4_1 K<=8") == 1
+    with pytest.raises(UserError, match="compared"):
+        bench.make_plan(prompts=prompts, target="t.gguf", drafts=drafts[1:2], k_values=(2,), default_k=8,
+                        temperature=0.0, repeats=1, native=False, llama_cpp_peer=False)

@@ -21,6 +21,9 @@ class DraftSpec:
 
     label: str  # short name in tables and plots: "Q4_1", "lookup", a file stem
     ref: str  # a model reference, or "lookup"
+    # True: run alone only, to compare (`--draft-quants`); not one of the default configuration's
+    # drafters, which are what `ggufspec run` would draft with.
+    compared: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,8 +105,8 @@ def make_plan(
         prompts: the prompts (see `load_prompts`).
         target: target reference; None = the embedded default target.
         drafts: drafters. None = the embedded default draft and lookup. The default configuration
-            drafts with all of them under the controller; each is also run alone (controlled,
-            always-draft) and at fixed K.
+            drafts with all of them but the `compared` ones under the controller, as `ggufspec run`
+            would; each is also run alone (controlled, always-draft) and at fixed K.
         k_values: the K sweep (fixed draft length) run with the first draft, and with every
             draft when `sweep_all_drafts`.
         default_k: draft_max of the controlled configurations.
@@ -139,15 +142,19 @@ def make_plan(
     if len(set(labels)) != len(labels):
         raise UserError(f"two drafts share a label: {labels}; name them apart")
     k_values = tuple(sorted(set(int(k) for k in k_values)))
-    default = drafts[0]
-    together = "+".join(labels)  # the default configuration: every drafter, the controller choosing
+    own = [d for d in drafts if not d.compared]
+    if not own:
+        raise UserError("every draft is a compared one; give at least one --draft")
+    default = own[0]
+    # the default configuration: the user's drafters (not the compared quants), the controller choosing
+    together = "+".join(d.label for d in own)
 
     configs: list[Config] = [Config(name="target alone", group="baseline")]
     default_name = f"{together} K<={default_k}"
     configs.append(Config(name=default_name, draft=together, draft_max=default_k, fixed=False, group="default"))
     for d in drafts:
         if fixed_vs_adaptive:
-            if len(drafts) > 1:  # this drafter alone under the controller ("lookup K<=8": lookup alone)
+            if len(drafts) > 1 and d.label != together:  # this drafter alone under the controller ("lookup K<=8": lookup alone)
                 configs.append(Config(name=f"{d.label} K<={default_k}", draft=d.label, draft_max=default_k,
                                       fixed=False, group="drafts"))
             configs.append(Config(name=f"{d.label} K<={default_k} always-draft", draft=d.label, draft_max=default_k,
@@ -223,7 +230,7 @@ def derive_quant_drafts(target: str, quants: Sequence[str]) -> list[DraftSpec]:
             raise UserError(f"unknown quantization {q!r}; choose one of: {', '.join(sorted(FTYPES))}")
         if target.startswith("embedded:"):
             name, _ = parse_embedded(target)
-            out.append(DraftSpec(label=q, ref=f"embedded:{name}:{q}"))
+            out.append(DraftSpec(label=q, ref=f"embedded:{name}:{q}", compared=True))
             continue
         src = Path(target).expanduser()
         if not src.is_file():
@@ -231,5 +238,5 @@ def derive_quant_drafts(target: str, quants: Sequence[str]) -> list[DraftSpec]:
         dst = cache_dir() / "derived" / f"{src.stem}.{q}.gguf"
         if not dst.is_file():
             quantize(src=src, dst=dst, ftype=q)
-        out.append(DraftSpec(label=q, ref=str(dst)))
+        out.append(DraftSpec(label=q, ref=str(dst), compared=True))
     return out

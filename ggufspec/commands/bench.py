@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models")
     m.add_argument("--target", metavar="REF", help="target model (default: the embedded default target)")
     m.add_argument("--draft", metavar="REF", nargs="+", action="extend",
-                   help="one or more drafts: model references or 'lookup' (repeatable); the default configuration drafts with all of them")
+                   help="one or more drafts: model references or 'lookup' (repeatable); the default configuration drafts with all of them (not with --draft-quants, which run alone to compare)")
     add_pair_argument(m)
     m.add_argument("--draft-quants", metavar="Q,Q", default=None,
                    help=f"also draft with these quantizations of the target, made on the fly "
