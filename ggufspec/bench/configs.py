@@ -154,7 +154,7 @@ def make_plan(
     configs.append(Config(name=default_name, draft=together, draft_max=default_k, fixed=False, group="default"))
     for d in drafts:
         if fixed_vs_adaptive:
-            if len(drafts) > 1 and d.label != together:  # this drafter alone under the controller ("lookup K<=8": lookup alone)
+            if own != [d]:  # this drafter alone under the controller ("lookup K<=8"), unless that is the default
                 configs.append(Config(name=f"{d.label} K<={default_k}", draft=d.label, draft_max=default_k,
                                       fixed=False, group="drafts"))
             configs.append(Config(name=f"{d.label} K<={default_k} always-draft", draft=d.label, draft_max=default_k,
