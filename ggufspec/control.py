@@ -52,7 +52,12 @@ evidence. Timing medians use the samples of the last 2 * retry rounds where ther
 Full information (Not-a-Bandit, arXiv 2510.20064): a free drafter (prompt lookup: no model, no
 cost) is queried every round before the choice; after the verify its proposal is scored against
 the tokens the target emitted, so its acceptance is learned on every round, chosen or not. Its
-proposal's length caps its K (no match: not a candidate this round).
+proposal's length caps its K (no match: not a candidate this round). With that much evidence a
+prompt's own counts decide: a free drafter's curve is this generation's counts with the pooled
+curve as `free_prior_obs` (2) pseudo-observations, and the prior of its realized rate is the
+cost model's figure with that curve, not its realized rate over all generations (lookup's
+worth is the prompt's: 2.5x on a code edit, none on a summary whose n-grams recur but continue
+differently).
 
 Lossless: `choose` sees past rounds and the history only (a free drafter's proposal is a
 function of the history), never the target's output for the round it decides.
@@ -113,6 +118,7 @@ class ControlSettings:
     decay: float = 0.95  # weight of a source's realized round per later round of that source, in a generation
     pool_decay: float = 0.98  # ... over all generations
     prompt_prior_rounds: float = 8.0  # pseudo-rounds of a source's rate over all generations in this one's
+    free_prior_obs: float = 2.0  # pseudo-observations of a free drafter's pooled curve in this generation's
     accept_decay: float = 0.97  # weight of a drafter's acceptance observation per later observation of it
     idle_decay: float = 0.99  # ... and of either per round of any source (half weight after 69 rounds)
     opening: int = 3  # rounds a draft model prefilled with a new prompt runs before the estimates decide
@@ -343,6 +349,8 @@ class DraftController:
         self._confirming, self._confirm = False, None
         for src in self._sources.values():  # this generation's rounds start now
             src.cur_tokens = src.cur_seconds = 0.0
+        for m in self._drafters.values():  # ... and its free drafters' scored proposals
+            m.gen_drafted_at, m.gen_accepted_at = [], []
         for name, (tokens, seconds) in (prefill or {}).items():  # `prefill`: tokens and seconds each took
             if tokens >= 16:  # (a few tokens measure the call, not the tokens)
                 self._model(name, False).prefill.add(self.round, seconds / tokens)
@@ -375,13 +383,20 @@ class DraftController:
         m = self._drafters[name]
         self._decay_accepts(m)
         out, pi, cond = [], 1.0, m.alpha0
+        w = self.settings.free_prior_obs
         for i in range(n):
             d = m.drafted_at[i] if i < len(m.drafted_at) else 0.0
             acc = m.accepted_at[i] if i < len(m.accepted_at) else 0.0
             # P(accept i | the drafts before it accepted), one pseudo-round of prior: the position
             # before's estimate (so beyond what was measured the curve extends the measured one)
             cond = (acc + cond) / (d + 1.0)
-            pi *= max(cond, m.alpha0) if optimistic else cond
+            c = cond
+            if m.free and i < len(m.gen_drafted_at):
+                # a free drafter is scored every round, so this generation's own counts are many
+                # and cheap: they outweigh the pooled curve (w pseudo-observations) within a few
+                # rounds; what prompt lookup matched on a code edit says nothing of a summary
+                c = (m.gen_accepted_at[i] + w * cond) / (m.gen_drafted_at[i] + w)
+            pi *= max(c, m.alpha0) if optimistic else c
             out.append(pi)
         return out
 
@@ -411,6 +426,15 @@ class DraftController:
         of one prompt took opposite paths, drafting 16 rounds or none for 121."""
         a = self.base_s()
         s = self._source(name)
+        d = self._drafters.get(name)
+        if d is not None and d.free and not pooled and prior_rate is not None and a is not None:
+            # full information: a free drafter's acceptance on this prompt is measured every
+            # round (`prefix_accept`), and its costs are the verify line's; its realized rounds on
+            # other prompts are no prior for this one (after a code edit where lookup matched 8
+            # tokens at a time, it kept 12-28 of a summary's ~50 rounds at 0.3 acceptance in the
+            # prompt-level simulation, the pooled rate outvoting this prompt's rounds)
+            m = self.settings.prior_rounds
+            return (s.cur_tokens + m * prior_rate * a) / (s.cur_seconds + m * a)
         m = self.settings.prior_rounds if prior_rate is not None else 0.0
         num = s.tokens + (m * prior_rate * a if prior_rate is not None and a is not None else 0.0)
         den = s.seconds + (m * a if a is not None else 0.0)
@@ -671,6 +695,11 @@ class DraftController:
         while len(m.drafted_at) < judged:
             m.drafted_at.append(0.0)
             m.accepted_at.append(0.0)
+        while len(m.gen_drafted_at) < judged:
+            m.gen_drafted_at.append(0.0)
+            m.gen_accepted_at.append(0.0)
         for i in range(judged):
             m.drafted_at[i] += 1.0
             m.accepted_at[i] += i < matched
+            m.gen_drafted_at[i] += 1.0
+            m.gen_accepted_at[i] += i < matched

@@ -442,3 +442,51 @@ def test_a_prefill_is_priced_at_the_measured_prefill_cost_not_a_catch_ups() -> N
     ctrl.begin(prefilled=["m"], prefill={"m": (200, 200 * 0.001)})
     ctrl.choose(drafters=[Candidate("m")], draft_max=8)
     assert ctrl.wants("m", backlog=200, remaining=100)
+
+
+def _lookup_prompt(ctrl: DraftController, rng: np.random.Generator, *, look_alpha: float, look_len: int,
+                   p_match: float, model_alpha: float, n: int = 128) -> list[str | None]:
+    """One prompt with a draft model that imports the target's cache (the default pair) and prompt
+    lookup, which has a proposal of `look_len` tokens in a share `p_match` of the rounds."""
+    ctrl.begin(prefilled=["m"])
+    gen, picks = 0, []
+    while gen < n:
+        left = n - gen
+        match = look_len if rng.random() < p_match else 0
+        c = ctrl.choose(drafters=[Candidate("m", kv_shared=True), Candidate("lookup", free=True, match_len=match)],
+                        draft_max=min(8, left - 1), remaining=left)
+        k = c.draft_len if c.drafter else 0
+        alpha = model_alpha if c.drafter == "m" else look_alpha
+        acc = 0
+        while acc < k and rng.random() < alpha:
+            acc += 1
+        jitter = rng.lognormal(0.0, 0.1)
+        draft_s = k * 0.42 * A * jitter if c.drafter == "m" else 0.0
+        scored = {}
+        if c.drafter != "lookup" and match:
+            m = 0
+            while m < match and m < acc + 1 and rng.random() < look_alpha:
+                m += 1
+            scored["lookup"] = (match, m)
+        ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=_verify(k) * jitter + draft_s,
+                     draft_s=draft_s, free=c.drafter == "lookup", scored=scored)
+        picks.append(c.drafter)
+        gen += acc + 1
+    return picks
+
+
+def test_lookup_that_matched_on_one_prompt_does_not_keep_one_where_its_matches_are_spurious() -> None:
+    # two code edits where lookup copies 8 tokens at a time (right 97%), then a summary whose
+    # n-grams recur but continue differently (lookup's 6-token proposals right 10%). Lookup is
+    # scored every round, so this prompt's own counts must outvote the pooled curve within a few
+    # rounds. (With the pooled curve and lookup's realized rate over all generations as the
+    # prior of this prompt's, it kept 11-23 rounds of the summary, at 5 seeds.)
+    kept = []
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        ctrl = DraftController()
+        for _ in range(2):
+            edit = _lookup_prompt(ctrl, rng, look_alpha=0.97, look_len=8, p_match=0.9, model_alpha=0.85)
+            assert edit.count("lookup") > len(edit) / 2  # where it matches, lookup leads
+        kept.append(_lookup_prompt(ctrl, rng, look_alpha=0.1, look_len=6, p_match=0.7, model_alpha=0.9).count("lookup"))
+    assert max(kept) <= 6 and float(np.mean(kept)) <= 4, kept
