@@ -350,7 +350,8 @@ class DraftController:
         for src in self._sources.values():  # this generation's rounds start now
             src.cur_tokens = src.cur_seconds = 0.0
         for m in self._drafters.values():  # ... and its free drafters' scored proposals
-            m.gen_drafted_at, m.gen_accepted_at = [], []
+            if m.free:
+                m.gen_drafted_at, m.gen_accepted_at = [], []
         for name, (tokens, seconds) in (prefill or {}).items():  # `prefill`: tokens and seconds each took
             if tokens >= 16:  # (a few tokens measure the call, not the tokens)
                 self._model(name, False).prefill.add(self.round, seconds / tokens)
@@ -427,23 +428,23 @@ class DraftController:
         a = self.base_s()
         s = self._source(name)
         d = self._drafters.get(name)
+        m_g = self.settings.prompt_prior_rounds
         if d is not None and d.free and not pooled and prior_rate is not None and a is not None:
             # full information: a free drafter's acceptance on this prompt is measured every
             # round (`prefix_accept`), and its costs are the verify line's; its realized rounds on
             # other prompts are no prior for this one (after a code edit where lookup matched 8
             # tokens at a time, it kept 12-28 of a summary's ~50 rounds at 0.3 acceptance in the
             # prompt-level simulation, the pooled rate outvoting this prompt's rounds)
-            m = self.settings.prior_rounds
-            return (s.cur_tokens + m * prior_rate * a) / (s.cur_seconds + m * a)
-        m = self.settings.prior_rounds if prior_rate is not None else 0.0
-        num = s.tokens + (m * prior_rate * a if prior_rate is not None and a is not None else 0.0)
-        den = s.seconds + (m * a if a is not None else 0.0)
-        rate = num / den if den > 0 else prior_rate
-        if pooled or rate is None or a is None:
-            return rate
-        m = self.settings.prompt_prior_rounds
-        den = s.cur_seconds + m * a
-        return (s.cur_tokens + m * rate * a) / den if den > 0 else rate
+            rate, m_g = prior_rate, self.settings.prior_rounds
+        else:
+            m = self.settings.prior_rounds if prior_rate is not None else 0.0
+            num = s.tokens + (m * prior_rate * a if prior_rate is not None and a is not None else 0.0)
+            den = s.seconds + (m * a if a is not None else 0.0)
+            rate = num / den if den > 0 else prior_rate
+            if pooled or rate is None or a is None:
+                return rate
+        den = s.cur_seconds + m_g * a
+        return (s.cur_tokens + m_g * rate * a) / den if den > 0 else rate
 
     # ---- the decision -------------------------------------------------------------------------
 
@@ -692,14 +693,11 @@ class DraftController:
         m = self._drafters[name]
         self._decay_accepts(m, observed=True)
         judged = min(proposed, matched + 1) if matched < emitted else matched
-        while len(m.drafted_at) < judged:
-            m.drafted_at.append(0.0)
-            m.accepted_at.append(0.0)
-        while len(m.gen_drafted_at) < judged:
-            m.gen_drafted_at.append(0.0)
-            m.gen_accepted_at.append(0.0)
-        for i in range(judged):
-            m.drafted_at[i] += 1.0
-            m.accepted_at[i] += i < matched
-            m.gen_drafted_at[i] += 1.0
-            m.gen_accepted_at[i] += i < matched
+        # the discounted counts; a free drafter's this generation's too (`prefix_accept`)
+        counts = [(m.drafted_at, m.accepted_at)] + ([(m.gen_drafted_at, m.gen_accepted_at)] if m.free else [])
+        for drafted_at, accepted_at in counts:
+            drafted_at.extend([0.0] * (judged - len(drafted_at)))
+            accepted_at.extend([0.0] * (judged - len(accepted_at)))
+            for i in range(judged):
+                drafted_at[i] += 1.0
+                accepted_at[i] += i < matched

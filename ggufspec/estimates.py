@@ -85,7 +85,7 @@ class DrafterModel:
     catchup: Samples = field(default_factory=lambda: Samples(16))  # catch-up seconds per token
     prefill: Samples = field(default_factory=lambda: Samples(16))  # prompt prefill seconds per token
     at: int = 0
-    gen_drafted_at: list[float] = field(default_factory=list)  # as drafted_at, this generation's only (undiscounted)
+    gen_drafted_at: list[float] = field(default_factory=list)  # a free drafter's: as drafted_at, this generation's only (undiscounted)
     gen_accepted_at: list[float] = field(default_factory=list)  # ... accepted_at
 
     @property
