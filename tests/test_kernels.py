@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from ggufspec.llama import kernels
 from ggufspec.llama.context import Context
@@ -60,8 +61,12 @@ def test_an_overlay_for_the_installed_build_is_activated(tmp_path: Path) -> None
 def test_the_overlay_names_its_variant(tmp_path: Path) -> None:
     lib = _fake_overlay(tmp_path)
     assert kernels.overlay_variant(lib) == "ggml"  # built before variants existed: no llamafile
-    (lib / kernels.VARIANT_FILE).write_text("tinyblas\n")
+    assert kernels.overlay_revision(lib) == 1
+    (lib / kernels.VARIANT_FILE).write_text("tinyblas\n")  # revision 1 wrote the variant alone
+    assert kernels.overlay_variant(lib) == "tinyblas" and kernels.overlay_revision(lib) == 1
+    kernels.write_marker(lib, "tinyblas")
     assert kernels.overlay_variant(lib) == "tinyblas"
+    assert kernels.overlay_revision(lib) == kernels.OVERLAY_REVISION > 1
     assert kernels.overlay_variant(tmp_path) is None  # not an overlay
     # copies of the stock libraries (llamafile with its one-row gate) are not invariant, whatever
     # the marker claims, unless they are the overlay really loaded
@@ -94,11 +99,8 @@ def test_stale_overlay_stock_switch_and_user_path_are_respected(tmp_path: Path) 
     assert _probe(_env(tmp_path))["lib"] is None
 
 
-def test_the_auto_target_is_batch_invariant_on_this_build() -> None:
-    # F32 with the overlay, Q8_0 without: either way one-row and batch logits are bit-identical
-    quant = exact_target_quant()
-    assert quant == ("F32" if batch_invariant_kernels() else "Q8_0")
-    model = Model(resolve_embedded("smollm2", "auto"))
+def _one_row_equals_batch(quant: str) -> None:
+    model = Model(resolve_embedded("smollm2", quant))
     settings = ContextSettings(n_ctx=512, cache_type_k="q8_0", cache_type_v="q8_0")
     one, batch = Context(model, settings=settings), Context(model, settings=settings)
     try:
@@ -114,6 +116,22 @@ def test_the_auto_target_is_batch_invariant_on_this_build() -> None:
             assert np.array_equal(batch.logits(j), row), (quant, j, float(np.abs(batch.logits(j) - row).max()))
     finally:
         one.close(), batch.close(), model.close()
+
+
+def test_the_auto_target_is_batch_invariant_on_this_build() -> None:
+    # F32 with the overlay, Q8_0 without: either way one-row and batch logits are bit-identical
+    quant = exact_target_quant()
+    assert quant == ("F32" if batch_invariant_kernels() else "Q8_0")
+    _one_row_equals_batch("auto")
+
+
+@pytest.mark.parametrize("quant", ["F16", "Q8_0", "Q4_0"])
+def test_every_weight_type_the_overlay_claims_is_batch_invariant(quant: str) -> None:
+    # F16 through tinyBLAS at every batch size; Q8_0 and Q4_0 through ggml's dot at one row and
+    # tinyBLAS at more (the overlay keeps llama.cpp's gate for them: the same order, faster)
+    if not batch_invariant_kernels():
+        pytest.skip("no exact kernels loaded (scripts/build_exact_kernels.sh)")
+    _one_row_equals_batch(quant)
 
 
 def test_greedy_exactness_names_what_breaks_it(tiny_target: Path, tiny_target_q8: Path) -> None:
@@ -152,8 +170,6 @@ def test_built_kernels_are_in_use_in_this_process() -> None:
     # .ci/run builds them: a fresh venv (same wheel, new files) must still pick them up
     lib = kernels.overlay_dir()
     if lib is None or not (lib / "libggml-cpu.so").is_file():
-        import pytest
-
         pytest.skip("no exact kernels built here (scripts/build_exact_kernels.sh)")
     assert os.environ.get("LLAMA_CPP_LIB_PATH") == str(lib)
     assert batch_invariant_kernels() and exact_target_quant() == "F32"

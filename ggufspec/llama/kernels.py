@@ -13,7 +13,9 @@ token in a batch of 5, SmolLM2-135M F32, 880 tokens of context (measured). Two o
   anywhere, measured); on x86-64 it has no other batch-size gate. Faster where it counts for
   speculation on the 2-core AVX2 EPYC: 9 rows 46 ms against 55, a prefill 2.35 ms a token
   against 3.55, one row 19.4-20.2 ms against 19.2-19.5 (an AVX-512 host measured that one 10-15%
-  slower);
+  slower). Q8_0 and Q4_0 keep the gate (revision 2): there ggml's one-row dot sums in tinyBLAS's
+  order (0.0, as on the stock build) and is faster: the default Q4_1 draft, whose output matrix
+  is Q8_0, steps in 6.8 ms against 8.6 with tinyBLAS for its one row (measured, alternated);
 * "ggml": built with GGML_LLAMAFILE=OFF, every batch size takes ggml's dot products: 0.0 for F32,
   F16 and Q8_0. Elsewhere than x86-64, where tinyBLAS has gates of its own (n < 4, n < 8 on ARM).
 
@@ -39,7 +41,9 @@ from ggufspec.paths import kernels_dir
 
 # the libraries llama-cpp-python loads from LLAMA_CPP_LIB_PATH (llama_cpp.llama_cpp, llama_cpp.mtmd_cpp)
 _REQUIRED = ("libllama.so", "libggml.so", "libggml-base.so", "libggml-cpu.so")
-VARIANT_FILE = "EXACT_KERNELS"  # in the overlay: "tinyblas" or "ggml" (scripts/build_exact_kernels.sh)
+VARIANT_FILE = "EXACT_KERNELS"  # in the overlay: "tinyblas" or "ggml", then "revision N" (write_marker)
+# the patch's revision: 1 tinyBLAS for every type at one row; 2 ggml's dot for Q8_0/Q4_0 rows
+OVERLAY_REVISION = 2
 
 
 def installed_version() -> str | None:
@@ -89,9 +93,28 @@ def overlay_variant(lib: Path) -> str | None:
     if not (lib / "libggml-cpu.so").is_file():
         return None
     try:
-        return (lib / VARIANT_FILE).read_text().strip() or "ggml"
+        words = (lib / VARIANT_FILE).read_text().split()
     except FileNotFoundError:
         return "ggml"
+    return words[0] if words else "ggml"
+
+
+def overlay_revision(lib: Path) -> int:
+    """The revision of the patch the overlay in `lib` was built with (1: before revisions were
+    written). An older revision is exact too, only slower; the build script rebuilds it."""
+    try:
+        words = (lib / VARIANT_FILE).read_text().split()
+    except FileNotFoundError:
+        return 1
+    for key, value in zip(words, words[1:]):
+        if key == "revision" and value.isdigit():
+            return int(value)
+    return 1
+
+
+def write_marker(lib: Path | str, variant: str) -> None:
+    """Name the overlay in `lib` (a directory being assembled) as `variant` at this revision."""
+    (Path(lib) / VARIANT_FILE).write_text(f"{variant}\nrevision {OVERLAY_REVISION}\n")
 
 
 def installed_lib_dir() -> Path | None:
