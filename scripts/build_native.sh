@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Build llama.cpp's native peers: llama-speculative-simple and llama-bench (for `ggufspec bench`)
-# and llama-server (for scripts/serve_compare.py, the end-to-end comparison through the OpenAI API).
+# Build llama.cpp's native peers: llama-speculative-simple and llama-bench (for `ggufspec bench`),
+# llama-server (for scripts/serve_compare.py, the end-to-end comparison through the OpenAI API) and
+# llama-batched-bench (llama.cpp's own cost of a step of several sequences, as the server merges them).
 #
 # The source is the llama.cpp that ships inside the llama-cpp-python sdist (vendor/llama.cpp), at the
 # same version as the installed llama_cpp Python package, so both sides run the same kernels.
-# CPU only, Release, only those three targets; the server's web UI is left out (no npm, no download:
+# CPU only, Release, only those four targets; the server's web UI is left out (no npm, no download:
 # its pages answer 404, the API is whole). Run once; takes a while on a small machine.
 #
 #   scripts/build_native.sh                 # into ~/.cache/ggufspec/native (or $GGUFSPEC_NATIVE_DIR)
@@ -19,7 +20,7 @@ source "$(dirname "$0")/llama_cpp_source.sh"
 mkdir -p "$DIR/bin"
 
 BUILD="$DIR/build-$VERSION"
-TARGETS=(llama-speculative-simple llama-bench llama-server)
+TARGETS=(llama-speculative-simple llama-bench llama-server llama-batched-bench)
 cmake -S "$SRC" -B "$BUILD" "${GEN[@]}" \
   -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=OFF \
