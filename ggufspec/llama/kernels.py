@@ -13,8 +13,9 @@ token in a batch of 5, SmolLM2-135M F32, 880 tokens of context (measured). Two o
   anywhere, measured); on x86-64 it has no other batch-size gate. Faster where it counts for
   speculation on the 2-core AVX2 EPYC: 9 rows 46 ms against 55, a prefill 2.35 ms a token
   against 3.55, one row 19.4-20.2 ms against 19.2-19.5 (an AVX-512 host measured that one 10-15%
-  slower). Q8_0 and Q4_0 keep the gate (revision 2): there ggml's one-row dot sums in tinyBLAS's
-  order (0.0, as on the stock build) and is faster: the default Q4_1 draft, whose output matrix
+  slower). The types stock kernels already compute batch-invariantly (Q8_0/Q4_0/Q4_1,
+  `ggufspec.exactness.STOCK_BATCH_INVARIANT_TYPES`) keep the gate (revision 2): there ggml's
+  one-row dot sums in tinyBLAS's order (0.0, as on the stock build) and is faster: the default Q4_1 draft, whose output matrix
   is Q8_0, steps in 6.8 ms against 8.6 with tinyBLAS for its one row (measured, alternated);
 * "ggml": built with GGML_LLAMAFILE=OFF, every batch size takes ggml's dot products: 0.0 for F32,
   F16 and Q8_0. Elsewhere than x86-64, where tinyBLAS has gates of its own (n < 4, n < 8 on ARM).
@@ -42,7 +43,8 @@ from ggufspec.paths import kernels_dir
 # the libraries llama-cpp-python loads from LLAMA_CPP_LIB_PATH (llama_cpp.llama_cpp, llama_cpp.mtmd_cpp)
 _REQUIRED = ("libllama.so", "libggml.so", "libggml-base.so", "libggml-cpu.so")
 VARIANT_FILE = "EXACT_KERNELS"  # in the overlay: "tinyblas" or "ggml", then "revision N" (write_marker)
-# the patch's revision: 1 tinyBLAS for every type at one row; 2 ggml's dot for Q8_0/Q4_0 rows
+# the patch's revision: 1 tinyBLAS for every type at one row; 2 ggml's dot for one row of the
+# types the stock kernels compute batch-invariantly
 OVERLAY_REVISION = 2
 
 
@@ -86,26 +88,28 @@ def activate() -> Path | None:
     return lib
 
 
+def _marker(lib: Path) -> list[str]:
+    """The words of the overlay's marker (`write_marker`); none where it has no marker."""
+    try:
+        return (lib / VARIANT_FILE).read_text().split()
+    except FileNotFoundError:
+        return []
+
+
 def overlay_variant(lib: Path) -> str | None:
     """Which batch-invariant kernels the overlay in `lib` has: "tinyblas" (llamafile's, at every
     batch size) or "ggml" (no llamafile); an overlay built before variants existed is "ggml".
     None: `lib` is not an overlay."""
     if not (lib / "libggml-cpu.so").is_file():
         return None
-    try:
-        words = (lib / VARIANT_FILE).read_text().split()
-    except FileNotFoundError:
-        return "ggml"
+    words = _marker(lib)
     return words[0] if words else "ggml"
 
 
 def overlay_revision(lib: Path) -> int:
     """The revision of the patch the overlay in `lib` was built with (1: before revisions were
     written). An older revision is exact too, only slower; the build script rebuilds it."""
-    try:
-        words = (lib / VARIANT_FILE).read_text().split()
-    except FileNotFoundError:
-        return 1
+    words = _marker(lib)
     for key, value in zip(words, words[1:]):
         if key == "revision" and value.isdigit():
             return int(value)
