@@ -15,6 +15,7 @@ from ggufspec.bench.configs import BASELINE, LOOKUP, BenchPlan, Config
 from ggufspec.bench.expected import estimate_alpha, expected_speedup, expected_speedup_partial
 from ggufspec.bench.prompts import set_names
 from ggufspec.bench.results import RunRecord
+from ggufspec.bench.spread import ratio_interval
 
 BaseTps = Mapping[tuple[str, float], float | None]  # (prompt id, temperature) -> target alone's median tok/s
 
@@ -102,12 +103,14 @@ def _summarise_prompts(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Map
     }
     by_category = _by_category(plan, ok, base_tps)
     vs_best = default_vs_best(configs, by_category, default=plan.default_config)
+    _add_intervals(vs_best, plan, ok, configs)
     summary["default_vs_best"] = vs_best
     summary["default_vs_best_min"] = min((v["ratio"] for v in vs_best.values() if v["ratio"] is not None), default=None)
     # end to end: prompt and generation seconds together (a draft model's prefill is paid there)
     by_category_e2e = _by_category(plan, ok, base_tps, end_to_end=True)
     summary["speedup_e2e"] = default.get("speedup_e2e")
     vs_best_e2e = default_vs_best(configs, by_category_e2e, default=plan.default_config, key="speedup_e2e")
+    _add_intervals(vs_best_e2e, plan, ok, configs, end_to_end=True)
     summary["default_vs_best_e2e"] = vs_best_e2e
     summary["default_vs_best_e2e_min"] = min((v["ratio"] for v in vs_best_e2e.values() if v["ratio"] is not None),
                                              default=None)
@@ -125,8 +128,7 @@ def default_vs_best(configs: Sequence[Mapping], by_category: Mapping[str, Mappin
     ratio of at least 0.97 everywhere. `key`: "speedup" (generation tok/s) or "speedup_e2e"
     (prompt and generation seconds), with `by_category` of the same kind.
     """
-    rivals = [c for c in configs if c.get("engine") == "ggufspec" and c.get("temperature") == 0
-              and c.get("draft") != BASELINE and c.get("name") != default and (c.get("fixed") or c.get("always_draft"))]
+    rivals = _rivals(configs, default)
     tables: dict[str, dict[str, float | None]] = {"all": {c["name"]: c.get(key) for c in configs}}
     for cat in sorted({cat for row in by_category.values() for cat in row}):
         tables[cat] = {name: row.get(cat) for name, row in by_category.items()}
@@ -139,6 +141,28 @@ def default_vs_best(configs: Sequence[Mapping], by_category: Mapping[str, Mappin
         out[cat] = {"default": d, "reference": ref_name, "reference_speedup": ref,
                     "ratio": d / ref if d is not None else None}
     return out
+
+
+def _rivals(configs: Sequence[Mapping], default: str) -> list[Mapping]:
+    """The default's rivals: our greedy fixed-length and always-draft configurations."""
+    return [c for c in configs if c.get("engine") == "ggufspec" and c.get("temperature") == 0
+            and c.get("draft") != BASELINE and c.get("name") != default and (c.get("fixed") or c.get("always_draft"))]
+
+
+def _add_intervals(vs_best: dict[str, dict[str, Any]], plan: BenchPlan, ok: Sequence[RunRecord],
+                   configs: Sequence[Mapping], *, end_to_end: bool = False) -> None:
+    """Each cell of `default_vs_best` gets `ratio_low` / `ratio_high`: the 90% bootstrap
+    interval of its ratio over the repeats of the cell's runs (ggufspec.bench.spread)."""
+    samples: dict[str, dict[str, list[float]]] = {}
+    for r in ok:
+        if r.engine == "ggufspec" and r.temperature == 0:
+            name = "target alone" if r.draft == BASELINE else r.config
+            samples.setdefault(name, {}).setdefault(r.prompt_id, []).append(_e2e_tps(r) if end_to_end else r.gen_tps)
+    rivals = [c["name"] for c in _rivals(configs, plan.default_config)]
+    for cat, cell in vs_best.items():
+        ids = [p.id for p in plan.prompts if cat == "all" or p.category == cat]
+        got = ratio_interval(samples, default=plan.default_config, rivals=rivals, baseline="target alone", prompts=ids)
+        cell["ratio_low"], cell["ratio_high"] = got if got is not None else (None, None)
 
 
 def _e2e_tps(r: RunRecord) -> float:
