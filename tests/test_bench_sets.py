@@ -202,3 +202,27 @@ def test_default_vs_best_fixed_or_always_draft_per_category() -> None:
     assert vs["chat"]["reference"] == "d K=4" and vs["chat"]["ratio"] == pytest.approx(1.1 / 1.25)
     # no rival beats the target alone on code: the reference is the target alone
     assert vs["code"] == {"default": 0.95, "reference": "target alone", "reference_speedup": 1.0, "ratio": 0.95}
+
+
+def test_cli_bench_prints_each_sets_lowest_category_with_its_interval(
+    tmp_path: Path, tiny_target_q8: Path, tiny_draft_q8: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --json the table goes to stderr, then each set's category where the default is
+    furthest behind its best rival, with the bootstrap interval bench.json holds."""
+    out = tmp_path / "out"
+    rc = main([
+        "bench", "--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "--limit", "1", "--repeats", "2",
+        "-n", "8", "--sweep-k", "2", "--draft-max", "3", "--temp", "0", "--threads", "1", "--ctx", "512",
+        "--no-peers", "--no-plots", "--out", str(out),
+    ])
+    assert rc == 0
+    err = capsys.readouterr().err
+    s = json.loads((out / "bench.json").read_text())["summary"]
+    for name in ("tuned", "heldout"):
+        cells = s["sets"][name]["default_vs_best"]
+        assert set(cells) == {"all", "chat"} and all(c["ratio_low"] <= c["ratio_high"] for c in cells.values())
+        cat = min(cells, key=lambda c: cells[c]["ratio"])  # ties: the first ("all")
+        cell = cells[cat]
+        printed = f"{name} {cat} {cell['ratio']:.2f} [{cell['ratio_low']:.2f}-{cell['ratio_high']:.2f}] ({cell['reference']})"
+        assert printed in " ".join(err.split()), err
+    assert "lowest category (90% interval over repeats)" in " ".join(err.split())

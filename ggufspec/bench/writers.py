@@ -208,13 +208,13 @@ def _set_sections(result: BenchResult) -> list[str]:
         if any(v.get("ratio") is not None for v in vs.values()):
             lines.append("- default / best fixed or always-draft configuration (the target alone where none beats it; "
                          "in brackets the 90% bootstrap interval over repeats): "
-                         + "; ".join(_vs_cell(cat, v) for cat, v in vs.items() if v.get("ratio") is not None)
+                         + "; ".join(vs_cell(cat, v) for cat, v in vs.items() if v.get("ratio") is not None)
                          + f"; lowest **{fmt_figure(s.get('default_vs_best_min'))}**")
         vs = s.get("default_vs_best_e2e") or {}
         if any(v.get("ratio") is not None for v in vs.values()):
             lines.append(f"- end to end (prompt and generation seconds; a draft model's prefill counts): default "
                          f"{fmt_figure(s.get('speedup_e2e'))}x; default / best: "
-                         + "; ".join(_vs_cell(cat, v) for cat, v in vs.items() if v.get("ratio") is not None)
+                         + "; ".join(vs_cell(cat, v) for cat, v in vs.items() if v.get("ratio") is not None)
                          + f"; lowest **{fmt_figure(s.get('default_vs_best_e2e_min'))}**")
         if s.get("by_category"):
             lines += ["", *_category_table(s)]
@@ -223,11 +223,20 @@ def _set_sections(result: BenchResult) -> list[str]:
     return lines
 
 
-def _vs_cell(cat: str, v: Mapping) -> str:
+def vs_cell(cat: str, v: Mapping) -> str:
     """One category of default / best: "code 0.97 [0.93-1.01] (Q4_1 K=8)"."""
     spread = (f" [{fmt_figure(v['ratio_low'])}-{fmt_figure(v['ratio_high'])}]"
               if v.get("ratio_low") is not None and v.get("ratio_high") is not None else "")
     return f"{cat} {fmt_figure(v['ratio'])}{spread} ({v['reference']})"
+
+
+def lowest_vs_best(summary: Mapping) -> str | None:
+    """The category where the default is furthest behind the best rival, as `vs_cell` writes it."""
+    cells = [(v["ratio"], cat, v) for cat, v in (summary.get("default_vs_best") or {}).items() if v.get("ratio") is not None]
+    if not cells:
+        return None
+    _, cat, v = min(cells, key=lambda c: c[0])
+    return vs_cell(cat, v)
 
 
 def _loadtext(load: Mapping | None) -> str:

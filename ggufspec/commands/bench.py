@@ -225,6 +225,7 @@ def _print_table(console, result) -> None:
     from rich.table import Table
 
     from ggufspec.bench.writers import fmt_figure as f
+    from ggufspec.bench.writers import lowest_vs_best
 
     s = result.summary
 
@@ -248,5 +249,9 @@ def _print_table(console, result) -> None:
     if len(sets) > 1:
         console.print("; ".join(f"{name} set ({len(sub['prompts'])} prompts): speedup {f(sub.get('speedup'))}x, "
                                 f"worst {f(sub.get('speedup_min'))}x" for name, sub in sets.items()), soft_wrap=True)
+    lowest = {name: lowest_vs_best(sub) for name, sub in (sets if len(sets) > 1 else {"all": s}).items()}
+    if any(lowest.values()):
+        console.print("default / best fixed or always-draft, lowest category (90% interval over repeats): "
+                      + "; ".join(f"{name} {cell}" for name, cell in lowest.items() if cell), soft_wrap=True)
     for note in result.peers.get("notes", []):
         console.print(f"[dim]note: {note}[/]")
