@@ -224,8 +224,7 @@ def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int) -> int:
 def _print_table(console, result) -> None:
     from rich.table import Table
 
-    from ggufspec.bench.writers import fmt_figure as f
-    from ggufspec.bench.writers import lowest_vs_best
+    from ggufspec.bench.writers import fmt_figure as f, lowest_vs_best
 
     s = result.summary
 
