@@ -39,7 +39,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=8, help="the fixed K compared (default 8)")
     ap.add_argument("--json", default=None, help="write every run's tokens/s here")
     args = ap.parse_args()
-    prompts = [p for s in ("tuned", "heldout") for p in load_prompts(prompt_set=s) if p.category in args.category]
+    sets = {s: [p for p in load_prompts(prompt_set=s) if p.category in args.category] for s in ("tuned", "heldout")}
+    prompts = sets["tuned"] + sets["heldout"]
     ctl = DraftController()
     arms = ["alone", "default", f"K={args.k}"]
     tps: dict[str, list[float]] = collections.defaultdict(list)
@@ -65,9 +66,9 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(tps, f, indent=1)
-    for s in ("tuned", "heldout"):
+    for s, members in sets.items():
         for cat in args.category:
-            ids = [p.id for p in load_prompts(prompt_set=s) if p.category == cat]
+            ids = [p.id for p in members if p.category == cat]
             speed = {a: st.median(st.median(tps[f"{a}|{i}"]) / st.median(tps[f"alone|{i}"]) for i in ids)
                      for a in arms[1:]}
             paired = [d / f for i in ids for d, f in zip(tps[f"default|{i}"], tps[f"{arms[2]}|{i}"])]
