@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ggufspec.errors import UserError  # noqa: E402
+from ggufspec.llama.lib import repack  # noqa: E402
 
 
 @dataclass
@@ -97,6 +98,8 @@ def _servers(args, target: Path, draft: Path, exe: Path, cache_type: str) -> lis
                                *threads])
     common = ["-m", str(target), "--host", "127.0.0.1", "-c", str(args.ctx * slots), "-np", str(slots),
               "-fa", "on", "-ctk", cache_type, "-ctv", cache_type, "--no-webui"]
+    if not repack():  # ours repacks weights only where llama.cpp's AMX matmul cannot crash: the same here
+        common.append("--no-repack")
     if args.threads:
         common += ["-t", str(args.threads), "-tb", str(args.threads)]
     spec = ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.draft_max)]

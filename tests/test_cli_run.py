@@ -170,3 +170,19 @@ def test_pair_errors_name_the_fix(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "ggufspec.cli", "plan", "--pair", "qwen3-8b", "--offline"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert_one_line_error(proc, "Qwen/Qwen3-8B-GGUF", "ggufspec pull")
+
+
+def test_quantized_models_run_on_any_cpu_and_a_bad_repack_setting_is_one_error_line() -> None:
+    """llama.cpp's AMX matmul segfaults on quantized weights (llama.cpp #20824): where the build
+    has AMX_INT8, weight repacking is off by default (GGUFSPEC_REPACK=auto), so the shipped Q4_1
+    draft runs as a target of its own on such a CPU as on any other; on/off are honoured and
+    anything else is refused before a model loads."""
+    env = {k: v for k, v in os.environ.items() if k != "GGUFSPEC_REPACK"}
+    args = [sys.executable, "-m", "ggufspec.cli", "run", "--target", "embedded:smollm2:Q4_1", "--draft", "none",
+            "-p", "Hi", "--chat", "-n", "4", "--threads", "2", "--json"]
+    for value in ("auto", "off"):
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**env, "GGUFSPEC_REPACK": value})
+        assert proc.returncode == 0, (value, proc.returncode, proc.stderr[-500:])
+        assert json.loads(proc.stdout)["stats"]["generated_tokens"] >= 1
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**env, "GGUFSPEC_REPACK": "maybe"})
+    assert_one_line_error(proc, "GGUFSPEC_REPACK", "auto, on or off")

@@ -172,3 +172,26 @@ def test_held_interrupt_leaves_other_threads_alone() -> None:
     t.start()
     t.join()
     assert seen == [signal.getsignal(signal.SIGINT), False]
+
+
+def test_repack_follows_the_setting_and_in_auto_the_builds_amx(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GGUFSPEC_REPACK=on/off decide; auto repacks unless this llama.cpp build has AMX_INT8 (its
+    AMX matmul crashes on quantized weights, llama.cpp #20824); the high-level `Llama(...)` of the
+    bench's llama-cpp-python peer gets the same choice."""
+    from ggufspec.llama import lib
+
+    try:
+        for value, want in (("on", True), ("off", False), ("", b"AMX_INT8 = 1" not in lib.llama.llama_print_system_info())):
+            monkeypatch.setenv("GGUFSPEC_REPACK", value)
+            lib.repack.cache_clear()
+            assert lib.repack() is want, value
+            with lib.high_level_repack():
+                assert lib.llama.llama_cpp.llama_model_default_params().use_extra_bufts is want
+            assert lib.llama.llama_cpp.llama_model_default_params().use_extra_bufts is True  # restored
+        monkeypatch.setenv("GGUFSPEC_REPACK", "sometimes")
+        lib.repack.cache_clear()
+        with pytest.raises(UserError, match="GGUFSPEC_REPACK takes auto, on or off"):
+            lib.repack()
+    finally:
+        monkeypatch.delenv("GGUFSPEC_REPACK")
+        lib.repack.cache_clear()

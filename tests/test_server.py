@@ -38,6 +38,7 @@ import llama_cpp  # noqa: E402
 from ggufspec.drafters import DraftLengthSettings  # noqa: E402
 from ggufspec.exactness import auto_cache_type  # noqa: E402
 from ggufspec.ggufinfo import read_model_info  # noqa: E402
+from ggufspec.llama.lib import high_level_repack  # noqa: E402
 from ggufspec.resolve import PairRefs  # noqa: E402
 from ggufspec.runtime import load_pair  # noqa: E402
 from ggufspec.settings import ContextSettings, PairSettings  # noqa: E402
@@ -130,8 +131,9 @@ def plain_llama(tiny_target_q8: Path):
     """llama-cpp-python's `Llama` on the same file, with the KV cache type and flash attention the
     server's target uses (exactness.auto_cache_type), so its logits are the target's."""
     cache = {"q8_0": llama_cpp.GGML_TYPE_Q8_0, "f16": llama_cpp.GGML_TYPE_F16}[auto_cache_type(read_model_info(tiny_target_q8), on_gpu=False)]
-    llm = llama_cpp.Llama(model_path=str(tiny_target_q8), n_ctx=N_CTX, n_threads=1, n_gpu_layers=0,
-                          type_k=cache, type_v=cache, flash_attn=True, verbose=False)
+    with high_level_repack():  # no AMX repacking where llama.cpp's AMX matmul crashes, as ggufspec loads
+        llm = llama_cpp.Llama(model_path=str(tiny_target_q8), n_ctx=N_CTX, n_threads=1, n_gpu_layers=0,
+                              type_k=cache, type_v=cache, flash_attn=True, verbose=False)
     yield llm
     llm.close()
 

@@ -9,6 +9,7 @@ import llama_cpp
 import numpy as np
 import pytest
 
+from ggufspec.llama.lib import high_level_repack
 from tiny_models import (
     BYTES_LOGIT_SCALE,
     TOKEN_BYTE,
@@ -21,8 +22,9 @@ from tiny_models import (
 
 def _llama(path: Path, **kw: object) -> llama_cpp.Llama:
     # One thread: on a small, busy machine llama.cpp's spinning threads cost far more than they save.
-    return llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=64, n_threads=1,
-                           n_threads_batch=1, logits_all=True, verbose=False, **kw)
+    with high_level_repack():  # no AMX repacking where llama.cpp's AMX matmul crashes, as ggufspec loads
+        return llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=64, n_threads=1,
+                               n_threads_batch=1, logits_all=True, verbose=False, **kw)
 
 
 def _logits(m: llama_cpp.Llama, tokens: list[int]) -> np.ndarray:

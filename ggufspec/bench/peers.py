@@ -72,30 +72,32 @@ def _run_native(cmd: list[str]) -> subprocess.CompletedProcess[str]:
 
 def run_native_speculative(
     *, bin_dir: Path, target: Path, draft: Path, prompt: str, k: int, n_predict: int, n_ctx: int, threads: int,
-    cache_type: str = "f16",
+    cache_type: str = "f16", repack: bool = True,
 ) -> dict:
     """One greedy llama-speculative-simple run; its own timing of the decode phase.
-    `cache_type`: the target's KV cache type (ours, so both sides do the same work); the draft's is f16."""
+    `cache_type`: the target's KV cache type (ours, so both sides do the same work); the draft's is f16.
+    `repack`: llama.cpp's weight repacking (ours: `ggufspec.llama.lib.repack()`)."""
     cmd = [
         str(bin_dir / "llama-speculative-simple"), "-m", str(target), "-md", str(draft),
         "-p", prompt, "-n", str(n_predict), "-c", str(n_ctx), "-t", str(threads), "-td", str(threads),
         "--temp", "0", "--top-k", "1", "-fa", "on", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
         "--spec-draft-p-min", "0", "--spec-type", "draft-simple", "-ngl", "0",
-        "-ctk", cache_type, "-ctv", cache_type,
+        "-ctk", cache_type, "-ctv", cache_type, *(() if repack else ("--no-repack",)),
     ]
     proc = _run_native(cmd)
     return parse_native_speculative(proc.stdout + proc.stderr)  # its figures are in the log
 
 
 def run_llama_bench(
-    *, bin_dir: Path, model: Path, n_gen: int, depth: int, threads: int, reps: int = 3, cache_type: str = "f16"
+    *, bin_dir: Path, model: Path, n_gen: int, depth: int, threads: int, reps: int = 3, cache_type: str = "f16",
+    repack: bool = True,
 ) -> dict:
     """llama-bench's generation tokens/s for the target alone (`-o json`), at a KV depth like ours,
-    with our KV cache type."""
+    with our KV cache type and weight repacking."""
     cmd = [
         str(bin_dir / "llama-bench"), "-m", str(model), "-p", "0", "-n", str(n_gen), "-d", str(depth),
         "-t", str(threads), "-fa", "1", "-r", str(reps), "-ngl", "0", "-o", "json",
-        "-ctk", cache_type, "-ctv", cache_type,
+        "-ctk", cache_type, "-ctv", cache_type, "--repack", "1" if repack else "0",
     ]
     rows = json.loads(_run_native(cmd).stdout)
     row = next(r for r in rows if r.get("n_gen", 0) > 0)
@@ -120,8 +122,11 @@ class LlamaCppPython:
             model_path=str(target), n_ctx=plan.n_ctx, n_batch=512, n_threads=threads, n_threads_batch=threads,
             flash_attn=True, verbose=False, n_gpu_layers=0,
         )
-        self.alone = llama_cpp.Llama(**common)
-        self.lookup = llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding())
+        from ggufspec.llama.lib import high_level_repack
+
+        with high_level_repack():  # the weight repacking ours uses (off where llama.cpp's AMX matmul crashes)
+            self.alone = llama_cpp.Llama(**common)
+            self.lookup = llama_cpp.Llama(**common, draft_model=LlamaPromptLookupDecoding())
         self.max_tokens = plan.max_tokens
 
     def run(self, cfg: Config, tokens: list[int], is_eog: Callable[[int], bool]) -> dict:

@@ -64,6 +64,14 @@ def count_runs(plan: BenchPlan) -> int:
             + (plan.repeats if plan.llama_bench else 0))
 
 
+
+def _repack() -> bool:
+    """The weight repacking ours uses (ggufspec.llama.lib.repack), for the native peers: imported
+    here, not at the top, so that importing the bench does not load llama_cpp."""
+    from ggufspec.llama.lib import repack
+
+    return repack()
+
 @dataclass(kw_only=True)
 class _Engines:
     """What one run needs besides its configuration and prompt."""
@@ -137,7 +145,7 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
                 try:
                     row = run_llama_bench(bin_dir=plan.native_bin, model=ours.pair.target_path,
                                           n_gen=plan.max_tokens, depth=depth, threads=threads, reps=3,
-                                          cache_type=ours.pair.target_ctx.settings.cache_type_k)
+                                          cache_type=ours.pair.target_ctx.settings.cache_type_k, repack=_repack())
                     row["repeat"] = r
                     peers["llama_bench"].append(row)
                 except Exception as exc:
@@ -196,7 +204,7 @@ def _run_one(eng: _Engines, cfg: Config, prompt: BenchPrompt, *, repeat: int, pr
             out = run_native_speculative(
                 bin_dir=plan.native_bin, target=ours.pair.target_path, draft=ours.paths[cfg.draft],
                 prompt=ours.texts[prompt.id], k=cfg.draft_max, n_predict=plan.max_tokens, n_ctx=plan.n_ctx, threads=eng.threads,
-                cache_type=ours.pair.target_ctx.settings.cache_type_k,
+                cache_type=ours.pair.target_ctx.settings.cache_type_k, repack=_repack(),
             )
             base["prompt_tokens"] = out.get("prompt_tokens", base["prompt_tokens"])
             return RunRecord(

@@ -12,6 +12,7 @@ at once, through its progress callback) the handler it replaced runs and raises 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import os
@@ -19,7 +20,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ggufspec.llama import compute, kernels
 
@@ -88,6 +89,59 @@ def batch_invariant_kernels() -> bool:
     lib = kernels.current_overlay()
     return (lib is not None and os.environ.get("LLAMA_CPP_LIB_PATH") == str(lib)
             and kernels.overlay_variant(lib) == "tinyblas")
+
+
+#: GGUFSPEC_REPACK=auto|on|off: llama.cpp's weight repacking (see `repack`)
+REPACK_ENV = "GGUFSPEC_REPACK"
+
+
+@functools.cache
+def repack() -> bool:
+    """Whether llama.cpp may repack weights into the CPU's extra buffer types (AMX tiles, AVX2
+    interleaved Q4_0, ...): `llama_model_params.use_extra_bufts`, llama.cpp's --repack/--no-repack.
+
+    auto (the default): on, except where this llama.cpp build has AMX_INT8. There its AMX matmul
+    (`ggml_backend_amx_mul_mat`) segfaults at the first decode of a quantized model (llama.cpp
+    issue #20824, closed as stale without a fix). Seen on a 2-core Xeon with AMX: the Q4_1 and
+    Q8_0 SmolLM2 crash in ggufspec and in llama.cpp's own llama-bench, the F32 one runs; with
+    repacking off llama-bench runs the Q4_1 at 157 tok/s. GGUFSPEC_REPACK=on or off decides instead.
+    Native peers built from the same source on the same machine take the same choice.
+
+    Raises:
+        UserError: GGUFSPEC_REPACK is not auto, on or off.
+    """
+    value = os.environ.get(REPACK_ENV, "auto").strip().lower() or "auto"
+    if value not in ("auto", "on", "off"):
+        from ggufspec.errors import UserError
+
+        raise UserError(f"{REPACK_ENV} takes auto, on or off, got {value!r}; unset it for auto")
+    if value != "auto":
+        return value == "on"
+    ensure_init()
+    return b"AMX_INT8 = 1" not in llama.llama_print_system_info()
+
+
+@contextlib.contextmanager
+def high_level_repack() -> Iterator[None]:
+    """Inside, llama-cpp-python's own `Llama(...)` loads models with `repack()`'s choice too: its
+    constructor takes no such argument, so the default model parameters it starts from are
+    patched for the duration (the bench's llama-cpp-python peer would crash where ours cannot)."""
+    module = llama.llama_cpp
+    original = module.llama_model_default_params
+    if repack():
+        yield
+        return
+
+    def params() -> Any:
+        p = original()
+        p.use_extra_bufts = False
+        return p
+
+    module.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        module.llama_model_default_params = original
 
 
 class HeldInterrupt:
