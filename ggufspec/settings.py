@@ -11,6 +11,7 @@ command-line flag to the C call:
     --cache-type      ContextSettings.cache_type_k/v type_k / type_v
     --ngl / --ngld    PairSettings.n_gpu_layers(_draft)  n_gpu_layers
     --draft-kv        PairSettings.draft_kv          llama_state_seq_get/set_data (target -> draft)
+    GGUFSPEC_REPACK   (environment: llama.lib.repack)  use_extra_bufts (--repack / --no-repack)
 """
 
 from __future__ import annotations
