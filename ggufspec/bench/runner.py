@@ -64,13 +64,13 @@ def count_runs(plan: BenchPlan) -> int:
             + (plan.repeats if plan.llama_bench else 0))
 
 
-
 def _repack() -> bool:
     """The weight repacking ours uses (ggufspec.llama.lib.repack), for the native peers: imported
     here, not at the top, so that importing the bench does not load llama_cpp."""
     from ggufspec.llama.lib import repack
 
     return repack()
+
 
 @dataclass(kw_only=True)
 class _Engines:
