@@ -189,8 +189,10 @@ def decode(ctx: Any, batch: Any) -> int:
 
 def load_model(path: Path, params: Any) -> Any:
     """llama_model_load_from_file(path, params) that Ctrl-C aborts (through the load's progress
-    callback) with KeyboardInterrupt. Returns the model pointer, NULL when llama.cpp failed."""
+    callback) with KeyboardInterrupt, with weight repacking only where `repack()` allows it (a
+    caller may turn it off, never on). Returns the model pointer, NULL when llama.cpp failed."""
     ensure_init()
+    params.use_extra_bufts = params.use_extra_bufts and repack()
     ptr = None
     try:
         with HeldInterrupt() as held:

@@ -185,7 +185,6 @@ def measure_contexts(
             mp.use_extra_bufts = False
         else:
             mp.load_mode = llama.LLAMA_LOAD_MODE_MMAP
-            mp.use_extra_bufts = lib.repack()  # as a model loads for generation (ggufspec.llama.model)
         model = lib.load_model(path, mp)
         if not model:
             raise UserError(f"llama.cpp could not load {path}: {_last_error(lines)}")

@@ -42,7 +42,6 @@ class Model:
         params = llama.llama_model_default_params()
         params.n_gpu_layers = settings.n_gpu_layers
         params.main_gpu = settings.main_gpu
-        params.use_extra_bufts = lib.repack()  # off where llama.cpp's AMX matmul crashes
         if not settings.use_mmap:  # 0.3.36 has load_mode, not use_mmap
             params.load_mode = llama.LLAMA_LOAD_MODE_NONE
         self._split = None
