@@ -330,7 +330,7 @@ def _steps(
                                 history, draft_len=draft_max, draft_p_min=lengths.draft_p_min, sampled=sampled_drafts,
                                 sampling=sampling, rng=rng,
                             )
-                            candidates.append(Candidate(d.name, free=True, match_len=len(p.tokens)))
+                            candidates.append(Candidate(d.name, free=True, match_len=len(p.tokens), grade=p.grade))
                         else:
                             candidates.append(Candidate(d.name, backlog=d.backlog(history),
                                                         kv_shared=getattr(d, "kv_source", None) is not None))
@@ -418,7 +418,8 @@ def _observe(
               for name, p in proposals.items() if name != choice.drafter}
     controller.observe(choice=choice, drafted=drafted, accepted=accepted, emitted=len(emitted), round_s=round_s,
                        draft_s=draft_s, free=choice.drafter in proposals, scored=scored,
-                       catchup_tokens=catchup[0], catchup_s=catchup[1])
+                       catchup_tokens=catchup[0], catchup_s=catchup[1],
+                       grades={name: p.grade for name, p in proposals.items()})
 
 
 def _pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generator) -> int:

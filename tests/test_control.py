@@ -490,3 +490,71 @@ def test_lookup_that_matched_on_one_prompt_does_not_keep_one_where_its_matches_a
             assert edit.count("lookup") > len(edit) / 2  # where it matches, lookup leads
         kept.append(_lookup_prompt(ctrl, rng, look_alpha=0.1, look_len=6, p_match=0.7, model_alpha=0.9).count("lookup"))
     assert max(kept) <= 6 and float(np.mean(kept)) <= 4, kept
+
+
+def _graded_prompt(ctrl: DraftController, rng: np.random.Generator, *, grades: dict[int, float],
+                   model_alpha: float = 0.95, n: int = 128, graded: bool = True) -> tuple[list[tuple[int, str | None]], float]:
+    """One prompt of the default pair's shape (a cache-sharing draft model and prompt lookup);
+    lookup's proposals (8 tokens) come in grades drawn uniformly, each with its own accept rate.
+    `graded` False: the controller is not told the grade. Returns (grade, drafter) per round
+    (grade 0: no proposal) and the realized tokens per second."""
+    ctrl.begin(prefilled=["m"])
+    gen, picks, seconds = 0, [], 0.0
+    while gen < n:
+        left = n - gen
+        g = int(rng.choice(list(grades)))
+        match = 8
+        c = ctrl.choose(drafters=[Candidate("m", kv_shared=True),
+                                  Candidate("lookup", free=True, match_len=match, grade=g if graded else 0)],
+                        draft_max=min(8, left - 1), remaining=left)
+        k = c.draft_len if c.drafter else 0
+        alpha = model_alpha if c.drafter == "m" else grades[g]
+        acc = 0
+        while acc < k and rng.random() < alpha:
+            acc += 1
+        jitter = rng.lognormal(0.0, 0.1)
+        draft_s = k * 0.42 * A * jitter if c.drafter == "m" else 0.0
+        round_s = _verify(k) * jitter + draft_s
+        scored = {}
+        if c.drafter != "lookup":
+            m = 0
+            while m < match and m < acc + 1 and rng.random() < grades[g]:
+                m += 1
+            scored["lookup"] = (match, m)
+        ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=round_s, draft_s=draft_s,
+                     free=c.drafter == "lookup", scored=scored, grades={"lookup": g if graded else 0})
+        picks.append((g, c.drafter))
+        gen += acc + 1
+        seconds += round_s
+    return picks, gen / seconds
+
+
+def test_a_free_drafter_is_judged_per_grade() -> None:
+    # lookup's 3-gram matches right 90% a token, its 1-gram ones 10%, half the rounds each: told
+    # the grade, the controller drafts with lookup on the 3-gram rounds and with the model on the
+    # others, from the second prompt on; not told, it can only average them
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    picks: list[tuple[int, str | None]] = []
+    for seed in range(6):
+        for graded in (True, False):
+            rng = np.random.default_rng(seed)
+            ctrl = DraftController()
+            for p in range(3):
+                got, tps = _graded_prompt(ctrl, rng, grades={3: 0.9, 1: 0.1}, graded=graded)
+                if p > 0:
+                    rates[graded].append(tps)
+                    picks += got if graded else []
+    on3 = [d for g, d in picks if g == 3]
+    on1 = [d for g, d in picks if g == 1]
+    assert on3.count("lookup") >= 0.8 * len(on3) and on1.count("lookup") <= 0.05 * len(on1)
+    assert np.median(rates[True]) > 1.1 * np.median(rates[False]), rates
+
+
+def test_a_choice_names_the_drafter_and_its_grade() -> None:
+    ctrl = DraftController()
+    ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A)
+    for _ in range(20):  # a free drafter right every time at grade 2
+        c = ctrl.choose(drafters=[Candidate("lookup", free=True, match_len=4, grade=2)], draft_max=8, allow_none=False)
+        assert (c.drafter, c.grade) == ("lookup", 2)
+        ctrl.observe(choice=c, drafted=c.draft_len, accepted=c.draft_len, emitted=c.draft_len + 1,
+                     round_s=_verify(c.draft_len), free=True)

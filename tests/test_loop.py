@@ -443,3 +443,14 @@ def test_sampled_draft_rows_are_shaped_like_the_target_rows() -> None:
         h.append(tok)
     greedy = ModelDrafter(FakeModel(d_lm, VOCAB)).propose(history, draft_len=3, sampled=False, sampling=sampling)
     assert greedy.q_rows == (None, None, None)  # argmax drafts: q one-hot
+
+
+def test_lookup_grades_its_proposals_by_the_ngram_it_matched() -> None:
+    d = LookupDrafter()
+    p = d.propose([1, 2, 3, 9, 5, 6, 1, 2, 3], draft_len=4)  # the last 3 tokens occurred before
+    assert p.tokens == (9, 5, 6, 1) and p.grade == 3
+    d.reset()
+    p = d.propose([1, 2, 3, 9, 4, 3], draft_len=4)  # only the last token did
+    assert p.tokens == (9, 4, 3) and p.grade == 1
+    d.reset()
+    assert d.propose([1, 2, 3], draft_len=4).grade == 0  # no match, no proposal
