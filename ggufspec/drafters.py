@@ -260,7 +260,7 @@ class LookupDrafter:
     down to ngram_min) and propose the tokens that followed it. Deterministic: q is one-hot.
     The proposal's `grade` is n: how much a match is worth depends on it (replayed over the
     bench's greedy outputs, a 3-gram match's proposal kept 3.3-5.0 tokens on average in the
-    chat, code, summarise and maths prompts, a 1-gram match's 0.2-0.9).
+    chat, code, summarise and maths prompts, a 1-gram match's 0.3-0.9).
     """
 
     name = "lookup"
