@@ -8,8 +8,10 @@ tokens. Each round the controller picks a source, then its K:
    (0.98 a round) and in rounds of any source (0.99: a verdict fades in ~70 rounds), shrunk
    towards the cost model's figure R0 with m = 2 pseudo-rounds; and over this generation's
    rounds (0.95 a round), shrunk towards the former with 8 pseudo-rounds:
-       P_s = (sum w * tokens + m * R0_s * a) / (sum w * seconds + m * a)
-       R_s = (this generation's tokens + 8 P_s a) / (its seconds + 8 a)
+       P_s = (sum w * tokens + m * R0_s * t_s) / (sum w * seconds + m * t_s)
+       R_s = (this generation's tokens + 8 P_s t_s) / (its seconds + 8 t_s)
+   with t_s the source's mean round (seconds; a before it ran): pseudo-rounds of that source, so
+   a draft model's round at K = 8 (5 target steps) weighs one of 8, not one of 1.6.
    What a source did on other prompts (the machine's costs, the pair's usual acceptance) is
    the prior of this one. A round's seconds are winsorized at 4x the model's T(K) (one stalled
    round on a busy machine cannot condemn a source). The highest R_s runs, except that the
@@ -429,17 +431,23 @@ class DraftController:
     def throughput(self, name: str, prior_rate: float | None, *, pooled: bool = False) -> float | None:
         """R_s: this generation's realized tokens per second of a source, shrunk towards its rate
         over all generations, itself shrunk towards `prior_rate` (the cost model's):
-            P_s = (pool tokens + m R0 a) / (pool seconds + m a)
-            R_s = (this generation's tokens + m_g P_s a) / (its seconds + m_g a)
-        Empirical Bayes: what the source did on other prompts (the machine's costs, the pair's
-        usual acceptance) is the prior for this one, and a few rounds of this prompt outweigh it.
-        Pooled alone, the rounds of earlier prompts outvoted a new prompt's: the bench's repeats
-        of one prompt took opposite paths, drafting 16 rounds or none for 121."""
+            P_s = (pool tokens + m R0 t_s) / (pool seconds + m t_s)
+            R_s = (this generation's tokens + m_g P_s t_s) / (its seconds + m_g t_s)
+        t_s: the source's mean round, seconds (a before it has run), so m and m_g count rounds of
+        that source. Empirical Bayes: what the source did on other prompts (the machine's costs,
+        the pair's usual acceptance) is the prior for this one, and a few rounds of this prompt
+        outweigh it. Pooled alone, the rounds of earlier prompts outvoted a new prompt's: the
+        bench's repeats of one prompt took opposite paths, drafting 16 rounds or none for 121.
+        Counted in target steps (t_s = a), the 8 pseudo-rounds were 1.7 rounds of the draft model
+        at K = 8 (105 ms against a = 22 ms): a prompt's first round, its first draft rejected,
+        took R_s from the pool's 65.7 tok/s to 44.6, under the target alone's 45.3, and the target
+        alone ran 30 of the prompt's 44 rounds until the retry (58 tok/s against 70 with K = 8)."""
         a = self.base_s()
         s = self._source(name)
         d = self._drafters.get(name)
+        t = s.round_s(a) if a is not None else None  # t_s
         m_g = self.settings.prompt_prior_rounds
-        if d is not None and d.free and not pooled and prior_rate is not None and a is not None:
+        if d is not None and d.free and not pooled and prior_rate is not None and t is not None:
             # full information: a free drafter's acceptance on this prompt is measured every
             # round (`prefix_accept`), and its costs are the verify line's; its realized rounds on
             # other prompts are no prior for this one (after a code edit where lookup matched 8
@@ -448,13 +456,13 @@ class DraftController:
             rate, m_g = prior_rate, self.settings.prior_rounds
         else:
             m = self.settings.prior_rounds if prior_rate is not None else 0.0
-            num = s.tokens + (m * prior_rate * a if prior_rate is not None and a is not None else 0.0)
-            den = s.seconds + (m * a if a is not None else 0.0)
+            num = s.tokens + (m * prior_rate * t if prior_rate is not None and t is not None else 0.0)
+            den = s.seconds + (m * t if t is not None else 0.0)
             rate = num / den if den > 0 else prior_rate
-            if pooled or rate is None or a is None:
+            if pooled or rate is None or t is None:
                 return rate
-        den = s.cur_seconds + m_g * a
-        return (s.cur_tokens + m_g * rate * a) / den if den > 0 else rate
+        den = s.cur_seconds + m_g * t
+        return (s.cur_tokens + m_g * rate * t) / den if den > 0 else rate
 
     # ---- the decision -------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ class Realized:
 
     tokens: float = 0.0
     seconds: float = 0.0
+    rounds: float = 0.0  # discounted as `tokens` and `seconds`: seconds / rounds is its mean round
     cur_tokens: float = 0.0
     cur_seconds: float = 0.0
     at: int = 0
@@ -65,13 +66,19 @@ class Realized:
             w = gamma ** (now - self.at)
             self.tokens *= w
             self.seconds *= w
+            self.rounds *= w
             self.at = now
+
+    def round_s(self, default: float) -> float:
+        """Seconds of one of its rounds, the discounted mean (`default` before it has run)."""
+        return self.seconds / self.rounds if self.rounds > 0 and self.seconds > 0 else default
 
     def add(self, tokens: float, seconds: float, *, pool: float, current: float) -> None:
         """A round of this source: earlier rounds weigh `pool` (`current`) less."""
         self.runs += 1
         self.tokens = self.tokens * pool + tokens
         self.seconds = self.seconds * pool + seconds
+        self.rounds = self.rounds * pool + 1.0
         self.cur_tokens = self.cur_tokens * current + tokens
         self.cur_seconds = self.cur_seconds * current + seconds
 
