@@ -24,11 +24,14 @@ tokens. Each round the controller picks a source, then its K:
    measures a; one that drafted bounds it from above: K + 1 rows cost no less than one);
    V(K): what a round verifying K drafts costs besides drafting (the target's K + 1 rows and our
    Python), the same whichever drafter proposed: (v0, v) a weighted least-squares line through
-   the median verify-and-Python time of each K measured lately, with the prior v0 = 0.3 a,
-   v = 0.2 a at K = 1 and K = 8 (one pseudo-sample each). Not linear from 0: on the 2-core CPU
-   2 rows cost 1.50 target steps, 5 rows 2.01, 9 rows 2.73 (v0 = 0.33, v = 0.17 fit all three);
-   the per-token model a + K * b this replaces, calibrated at K = 1, priced K = 8 at 3.7 steps
-   more than it costs and held the draft at K = 1, where it loses;
+   the median verify-and-Python time of each K measured lately (weight min(n, 4)), with the
+   prior v0 = 0.3 a, v = 0.2 a as two pseudo-samples of weight 1/4 at K = 1 and K = 8. Not
+   linear from 0: on the 2-core EPYC 2 rows cost 1.50 target steps, 5 rows 2.01, 9 rows 2.73
+   (v0 = 0.33, v = 0.17 fit all three); on the 2-core Xeon 9 rows cost 1.86. The per-token
+   model a + K * b this replaces, calibrated at K = 1, priced K = 8 at 3.7 steps more than it
+   costs and held the draft at K = 1, where it loses. The prior at weight 1 (against a median's
+   4) held the Xeon's V(8) - a at 1.09 a against 0.86 a measured, pricing long rounds too dear
+   (paired over both prompt sets, weight 1/4 against 1: +0.6% mean, inside the noise);
    b_d: the low median of the last 16 draft seconds per drafted token of drafter d (0 for a
    free one: prompt lookup costs microseconds); a drafting round faster than a / 2 says a is
    stale (a cold first round): the target alone runs next to measure it again;
@@ -107,7 +110,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from ggufspec.estimates import DrafterModel, Realized, Samples
+from ggufspec.estimates import DrafterModel, Realized, Samples, fit_line
 
 NONE = "none"  # the source of a round that runs the target alone
 
@@ -118,6 +121,10 @@ _V1 = 0.2  # each further row
 _U_MODEL = 0.3  # prior catch-up cost of a draft model, per token of backlog
 SYNCED = 2  # a backlog this small is a normal round's (a full accept leaves 2 tokens to decode)
 _HORIZON = 256  # tokens a generation is assumed to have left when the caller does not say
+# weight of each of the verify line's two prior points (K = 1 and K = 8) against a measured
+# median's min(n, 4): the prior is another machine's (V(8) - a = 1.9 a on the 2-core EPYC, 0.86 a
+# on the 2-core Xeon), and at weight 1 it held the Xeon's V(8) - a at 1.09 a
+_PRIOR_WEIGHT = 0.25
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -247,29 +254,20 @@ class DraftController:
         return a + v0 + v * k
 
     def _verify_line(self, a: float) -> tuple[float, float]:
-        """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (docstring)."""
+        """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (docstring): the
+        median of each K measured lately weighs min(n, 4) samples, the prior's two points
+        `_PRIOR_WEIGHT` each."""
         key = (self.round, a, tuple((k, len(x)) for k, x in self._verify.items()))
         if self._fit_memo[0] == key:
             return self._fit_memo[1]
-        pts = [(1.0, a * (_V0 + _V1), 1.0), (8.0, a * (_V0 + 8 * _V1), 1.0)]  # (K, V(K) - a, weight)
+        pts = [(1.0, a * (_V0 + _V1), _PRIOR_WEIGHT), (8.0, a * (_V0 + 8 * _V1), _PRIOR_WEIGHT)]  # (K, V(K) - a, weight)
         for k, samples in self._verify.items():
             m = samples.median(self.round, 2 * self.settings.retry)
             if m is not None:
                 pts.append((float(k), m - a, float(min(len(samples), 4))))
-        sw = sum(w for _, _, w in pts)
-        sk = sum(w * k for k, _, w in pts)
-        skk = sum(w * k * k for k, _, w in pts)
-        sy = sum(w * y for _, y, w in pts)
-        sky = sum(w * k * y for k, y, w in pts)
-        det = sw * skk - sk * sk
-        v = (sw * sky - sk * sy) / det if det > 0 else 0.0
-        v0 = (sy - v * sk) / sw
-        if v < 0.0:  # more rows never cost less: a flat line through the mean
-            v, v0 = 0.0, sy / sw
-        if v0 < 0.0:  # nor does the first: a line through the origin
-            v0, v = 0.0, max(0.0, sky / skk)
-        self._fit_memo = (key, (v0, v))
-        return v0, v
+        line = fit_line(pts)
+        self._fit_memo = (key, line)
+        return line
 
     def per_token_s(self, name: str) -> float | None:
         """b_d: draft seconds per token drafter `name` proposes (None: no drafter of that name)."""

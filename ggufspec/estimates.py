@@ -83,6 +83,25 @@ class Realized:
         self.cur_seconds = self.cur_seconds * current + seconds
 
 
+def fit_line(points: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(y0, slope): weighted least squares of y = y0 + slope * x through (x, y, weight) points,
+    neither negative (more rows never cost less: a flat line through the weighted mean; nor does
+    the first cost less than nothing: a line through the origin)."""
+    sw = sum(w for _, _, w in points)
+    sx = sum(w * x for x, _, w in points)
+    sxx = sum(w * x * x for x, _, w in points)
+    sy = sum(w * y for _, y, w in points)
+    sxy = sum(w * x * y for x, y, w in points)
+    det = sw * sxx - sx * sx
+    slope = (sw * sxy - sx * sy) / det if det > 0 else 0.0
+    y0 = (sy - slope * sx) / sw if sw > 0 else 0.0
+    if slope < 0.0:
+        slope, y0 = 0.0, (sy / sw if sw > 0 else 0.0)
+    if y0 < 0.0:
+        y0, slope = 0.0, (max(0.0, sxy / sxx) if sxx > 0 else 0.0)
+    return y0, slope
+
+
 @dataclass
 class DrafterModel:
     free: bool
