@@ -121,10 +121,7 @@ _V1 = 0.2  # each further row
 _U_MODEL = 0.3  # prior catch-up cost of a draft model, per token of backlog
 SYNCED = 2  # a backlog this small is a normal round's (a full accept leaves 2 tokens to decode)
 _HORIZON = 256  # tokens a generation is assumed to have left when the caller does not say
-# weight of each of the verify line's two prior points (K = 1 and K = 8) against a measured
-# median's min(n, 4): the prior is another machine's (V(8) - a = 1.9 a on the 2-core EPYC, 0.86 a
-# on the 2-core Xeon), and at weight 1 it held the Xeon's V(8) - a at 1.09 a
-_PRIOR_WEIGHT = 0.25
+_PRIOR_WEIGHT = 0.25  # each of the verify line's two prior points, against a median's min(n, 4) (docstring)
 
 
 @dataclass(frozen=True, kw_only=True)

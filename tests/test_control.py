@@ -625,7 +625,7 @@ def test_the_verify_line_follows_this_machines_measurements_not_the_prior() -> N
     # the prior (V(K) - a = 0.3 a + 0.2 a K, the 2-core EPYC's) against the 2-core Xeon's measured
     # verify rows, V(K) - a = 0.107 a K: with 8 rounds at K = 4 and at K = 8, the line must price
     # K = 8 within 0.05 a of what was measured there (at prior weight 1 it priced it at 1.02 a
-    # against 0.86 a, and with it the draft at K = 4-6 where K = 8 was faster)
+    # against 0.86 a)
     ctrl = DraftController()
     a = 0.024
     ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=a)
