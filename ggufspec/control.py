@@ -19,7 +19,7 @@ tokens. Each round the controller picks a source, then its K:
    coming back costs a catch-up, and a few rejected rounds are not a new regime.
 2. K, by the cost model built from measurements only:
        E_d(K) = 1 + sum_{i=1..K} pi_d(i),   pi_d(i) = prod_{j<=i} c_d(j)
-       T_d(K) = V(K) + K * b_d,   V(K) = a + v0 + v * K  (K >= 1)
+       T_d(K) = V(K) + D_d(K),   V(K) = a + v0 + v * K,   D_d(K) = f_d + (K - 1) * b_d  (K >= 1)
    a: the fastest of the last 16 rounds' verify-and-Python time (a round that drafted nothing
    measures a; one that drafted bounds it from above: K + 1 rows cost no less than one);
    V(K): what a round verifying K drafts costs besides drafting (the target's K + 1 rows and our
@@ -32,8 +32,13 @@ tokens. Each round the controller picks a source, then its K:
    costs and held the draft at K = 1, where it loses. The prior at weight 1 (against a median's
    4) held the Xeon's V(8) - a at 1.09 a against 0.86 a measured, pricing long rounds too dear
    (paired over both prompt sets, weight 1/4 against 1: +0.6% mean, inside the noise);
-   b_d: the low median of the last 16 draft seconds per drafted token of drafter d (0 for a
-   free one: prompt lookup costs microseconds); a drafting round faster than a / 2 says a is
+   D_d(K): drafter d's seconds for K tokens, K decode calls: b_d the low median of the last 16
+   calls after a round's first, f_d of its first call (0 for a free drafter: prompt lookup
+   costs microseconds). The first call costs more: it imports the target's cache and decodes the
+   1-2 tokens the last round left (the Q4_1 draft on the 2-core Xeon: f = b + 4.9 ms, b = 10.1
+   ms). Priced per drafted token instead, as b_d once was (the draft's seconds over K), a K
+   measured at 5 puts K = 8 at 2.9 ms too dear and one measured at 8 puts K = 5 at 1.8 ms too
+   cheap: both err towards short rounds. A drafting round faster than a / 2 says a is
    stale (a cold first round): the target alone runs next to measure it again;
    c_d(j): P(draft j accepted | drafts 1..j-1 accepted), discounted counts (0.97 per later
    observation of d, 0.99 per round of any source: they outlive the prompt they came from) plus
@@ -229,6 +234,7 @@ class DraftController:
         m = self._drafters.get(name)
         if m is None:
             m = self._drafters[name] = DrafterModel(free=free, per_token=Samples(self.settings.window),
+                                                    first=Samples(self.settings.window),
                                                     catchup=Samples(self.settings.window),
                                                     prefill=Samples(self.settings.window))
         return m
@@ -267,13 +273,22 @@ class DraftController:
         return line
 
     def per_token_s(self, name: str) -> float | None:
-        """b_d: draft seconds per token drafter `name` proposes (None: no drafter of that name)."""
+        """b_d: draft seconds of a call after the round's first, drafter `name` (None: no drafter of that name)."""
         m = self._drafters.get(name)
         a = self.base_s()
         if m is None or a is None:
             return None
         b = m.per_token.median(self.round, 2 * self.settings.retry)
         return b if b is not None else m.b_prior * a
+
+    def draft_cost_s(self, name: str, k: int) -> float | None:
+        """D_d(K) = f_d + (K - 1) b_d: seconds drafter `name` takes to propose `k` tokens (f_d = b_d
+        until a first call was measured; None: no drafter of that name)."""
+        b = self.per_token_s(name)
+        if b is None or k <= 0:
+            return None if b is None else 0.0
+        f = self._drafters[name].first.median(self.round, 2 * self.settings.retry) if self.timed else None
+        return (b if f is None else f) + (k - 1) * b
 
     def catchup_s(self, name: str) -> float | None:
         """u_d: seconds a draft model takes to catch up on one token of history it missed."""
@@ -288,11 +303,11 @@ class DraftController:
 
     def prior_rate(self, name: str, *, lo: int, cap: int) -> float | None:
         """The best E(K) / T(K) with the measured costs and the prior accept rate alpha0."""
-        a, b = self.base_s(), self.per_token_s(name)
-        if a is None or b is None or cap < lo:
+        if self.base_s() is None or self.per_token_s(name) is None or cap < lo:
             return None
         alpha = self._drafters[name].alpha0
-        return max(sum(alpha**i for i in range(k + 1)) / max(self.verify_s(k) + k * b, 1e-12)  # type: ignore[operator]
+        return max(sum(alpha**i for i in range(k + 1))
+                   / max(self.verify_s(k) + self.draft_cost_s(name, k), 1e-12)  # type: ignore[operator]
                    for k in range(lo, cap + 1))
 
     def wants(self, name: str, *, backlog: int | None = None, remaining: int | None = None) -> bool:
@@ -333,7 +348,7 @@ class DraftController:
         # bounded exploration, at most `explore_share` of the time (docstring): what it costs,
         # the prefill and, at most, the opening's rounds at their longest K
         cap = self._caps.get(name, 1)
-        opening_s = self.settings.opening * ((self.verify_s(cap) or 0.0) + cap * (self.per_token_s(name) or 0.0))
+        opening_s = self.settings.opening * ((self.verify_s(cap) or 0.0) + (self.draft_cost_s(name, cap) or 0.0))
         idle_s = self._clock - self._ran_s.get(name, 0.0)
         if idle_s * self.settings.explore_share >= max(0, backlog - SYNCED) * self._prefill_s(name) + opening_s:
             self._exploring.add(name)
@@ -410,15 +425,14 @@ class DraftController:
 
     def best_len(self, name: str, *, lo: int, cap: int, optimistic: bool = False) -> tuple[int, float] | None:
         """(K, E(K) / T(K)) maximising the modelled rate over K in [lo, cap]; None when unmeasured."""
-        a, b = self.base_s(), self.per_token_s(name)
-        if a is None or b is None or cap < lo:
+        if self.base_s() is None or self.per_token_s(name) is None or cap < lo:
             return None
         pis = self.prefix_accept(name, cap, optimistic=optimistic)
         best, e = None, 1.0
         for k in range(1, cap + 1):
             e += pis[k - 1]
             if k >= lo:
-                rate = e / max(self.verify_s(k) + k * b, 1e-12)  # type: ignore[operator]
+                rate = e / max(self.verify_s(k) + self.draft_cost_s(name, k), 1e-12)  # type: ignore[operator]
                 if best is None or rate > best[1] + 1e-12:
                     best = (k, rate)
         return best
@@ -630,6 +644,8 @@ class DraftController:
         catchup_tokens: int = 0,
         catchup_s: float = 0.0,
         grades: Mapping[str, int] | None = None,
+        draft_first_s: float | None = None,
+        draft_calls: int = 0,
     ) -> None:
         """A round ended: `choice` ran, `drafted` tokens were verified, `accepted` kept, `emitted`
         tokens came out (accepted + 1) in `round_s` seconds (drafting, verify and our Python; not a
@@ -637,7 +653,9 @@ class DraftController:
         `scored`: for free drafters not chosen, (proposed, matched): their proposal and its prefix
         equal to the emitted tokens. `catchup_tokens` / `catchup_s`: the draft model caught up on
         that many tokens of history first, in that many seconds (not part of `round_s`).
-        `grades`: the grade of each scored proposal (Candidate.grade; 0 where not given)."""
+        `grades`: the grade of each scored proposal (Candidate.grade; 0 where not given).
+        `draft_first_s`: of `draft_s`, the seconds of the draft's first call, of `draft_calls`
+        (None: not told; `draft_s` is then priced per drafted token)."""
         st = self.settings
         if choice.drafter is not None and choice.grade:
             choice = replace(choice, drafter=self._key(choice.drafter, choice.grade))
@@ -661,7 +679,13 @@ class DraftController:
                 self._base.add(self.round, a)
             elif round_s < 0.5 * a:  # a verify of K+1 rows cannot cost half of one row's
                 self._recheck = True
-            self._drafters[name].per_token.add(self.round, max(0.0, draft_s) / drafted)
+            m = self._drafters[name]
+            if draft_first_s is not None and self.timed:  # D(K) = f + (K - 1) b
+                m.first.add(self.round, draft_first_s)
+                if draft_calls >= 2:
+                    m.per_token.add(self.round, max(0.0, draft_s - draft_first_s) / (draft_calls - 1))
+            else:
+                m.per_token.add(self.round, max(0.0, draft_s) / drafted)
             self._verify.setdefault(drafted, Samples(st.window)).add(self.round, max(0.0, round_s - draft_s))
             self._record_accepts(name, drafted, accepted, emitted)
         if name is not None and catchup_tokens > SYNCED and self.timed:
@@ -673,8 +697,8 @@ class DraftController:
         # realized throughput of the source, its seconds winsorized at `winsor` model round times
         src = self._source(NONE if name is None else name)
         a = self.base_s() or round_s
-        b = self.per_token_s(name) if name is not None else 0.0
-        cap = st.winsor * ((self.verify_s(drafted) or a) + drafted * (b or 0.0))
+        d_s = (self.draft_cost_s(name, drafted) or 0.0) if name is not None else 0.0
+        cap = st.winsor * ((self.verify_s(drafted) or a) + d_s)
         charged_s = min(round_s, cap) + self._induced_s(name, free, emitted)  # the catch-up it leaves, too
         src.add(emitted, charged_s, pool=st.pool_decay, current=st.decay)
         src.last = self.round

@@ -33,6 +33,11 @@ class Draft:
     catchup_s: float = 0.0  # part of decode_s spent catching up on history (several tokens at once)
     decode_calls: int = 0  # draft decode calls outside catch-up (one per drafted token, roughly)
     catchup_tokens: int = 0  # history tokens decoded in catch-up (in catchup_s)
+    # seconds of the first decode call outside catch-up, with the KV sync before it when that was
+    # no catch-up (a draft model's round: first_s + (decode_calls - 1) one-row decodes; None for a
+    # free drafter). The first call costs more than the others: it imports the target's cache and
+    # decodes the 1-2 tokens the last round left (Xeon, Q4_1: 4.9 ms more than a 10.1 ms step)
+    first_s: float | None = None
     # a free drafter's class of this proposal, a function of the history (lookup: the n-gram
     # length its match came from); the controller keeps one acceptance curve per class
     grade: int = 0
@@ -215,6 +220,7 @@ class ModelDrafter:
         # (the last accepted token) is part of drafting
         decode_s, catchup_s = sync_s, (sync_s if imported > 2 else 0.0)
         calls, caught_up = 0, (imported if imported > 2 else 0)
+        first_s: float | None = None
         sampled = sampled and not sampling.greedy
         while True:
             t = clock.now()
@@ -226,6 +232,8 @@ class ModelDrafter:
                 caught_up += len(pending)
             else:
                 calls += 1
+                if calls == 1:
+                    first_s = dt + (sync_s if imported <= 2 else 0.0)
             if len(tokens) == draft_len:
                 break
             logits = self.ctx.logits(-1)
@@ -247,7 +255,7 @@ class ModelDrafter:
             if len(tokens) == draft_len:
                 break  # the last drafted token is never decoded by the draft
             pending = [tok]
-        return Draft(tuple(tokens), tuple(q_rows), decode_s, catchup_s, calls, caught_up)
+        return Draft(tuple(tokens), tuple(q_rows), decode_s, catchup_s, calls, caught_up, first_s=first_s)
 
 
 # ---- prompt lookup -------------------------------------------------------------------------

@@ -319,6 +319,7 @@ def _steps(
             q_rows: tuple = ()
             round_draft_s = catchup_s = 0.0
             caught_up = 0
+            first: tuple[float | None, int] = (None, 0)  # the draft's first call (seconds) and its calls
             if drafters and draft_max > 0 and (drafting is None or drafting()):
                 if controller is None:  # --fixed: the first drafter, draft_max every round
                     choice = Choice(drafters[0].name, draft_max)
@@ -352,6 +353,7 @@ def _steps(
                     catchup_s = d.catchup_s  # catching up on history it missed is not this round's drafting
                     caught_up = d.catchup_tokens
                     round_draft_s = d.decode_s - d.catchup_s
+                    first = (d.first_s, d.decode_calls)
                     draft_s += d.decode_s
                     if len(d.tokens) >= lengths.draft_min:
                         draft_tokens, q_rows = d.tokens, d.q_rows
@@ -372,7 +374,7 @@ def _steps(
                 if controller is not None and choice is not None:
                     _observe(controller, choice, proposals, drafted=0, accepted=0, emitted=[tok],
                              round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s,
-                             catchup=(caught_up, catchup_s))
+                             catchup=(caught_up, catchup_s), first=first)
                 pending = [(tok, Source.TARGET)]
                 continue
             if rule is AcceptRule.GREEDY:
@@ -396,7 +398,7 @@ def _steps(
             if controller is not None and choice is not None:
                 _observe(controller, choice, proposals, drafted=kd, accepted=n, emitted=[*draft_tokens[:n], verdict.token],
                          round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s,
-                         catchup=(caught_up, catchup_s))
+                         catchup=(caught_up, catchup_s), first=first)
             proposer = choice.drafter if choice is not None else None
             pending = [(x, Source.DRAFT) for x in draft_tokens[:n]]
             pending.append((verdict.token, Source.BONUS if verdict.bonus else Source.CORRECTION))
@@ -411,6 +413,7 @@ def _steps(
 def _observe(
     controller: DraftController, choice: Choice, proposals: dict[str, Draft], *, drafted: int, accepted: int,
     emitted: Sequence[int], round_s: float, draft_s: float, catchup: tuple[int, float] = (0, 0.0),
+    first: tuple[float | None, int] = (None, 0),
 ) -> None:
     """Tell the controller how the round went, and score the free drafters it did not pick against
     the tokens the target emitted (full information: no extra target call)."""
@@ -419,6 +422,7 @@ def _observe(
     controller.observe(choice=choice, drafted=drafted, accepted=accepted, emitted=len(emitted), round_s=round_s,
                        draft_s=draft_s, free=choice.drafter in proposals, scored=scored,
                        catchup_tokens=catchup[0], catchup_s=catchup[1],
+                       draft_first_s=first[0], draft_calls=first[1],
                        grades={name: p.grade for name, p in proposals.items()})
 
 

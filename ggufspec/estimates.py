@@ -107,7 +107,8 @@ class DrafterModel:
     free: bool
     drafted_at: list[float] = field(default_factory=list)  # discounted rounds that judged draft i (the drafts before it accepted)
     accepted_at: list[float] = field(default_factory=list)  # ... that accepted it
-    per_token: Samples = field(default_factory=lambda: Samples(16))  # draft seconds per drafted token
+    per_token: Samples = field(default_factory=lambda: Samples(16))  # draft seconds per call after the first
+    first: Samples = field(default_factory=lambda: Samples(16))  # draft seconds of a round's first call
     catchup: Samples = field(default_factory=lambda: Samples(16))  # catch-up seconds per token
     prefill: Samples = field(default_factory=lambda: Samples(16))  # prompt prefill seconds per token
     at: int = 0

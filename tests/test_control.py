@@ -635,3 +635,47 @@ def test_the_verify_line_follows_this_machines_measurements_not_the_prior() -> N
                      round_s=a * (1.0 + 0.107 * k) + draft_s, draft_s=draft_s)
     for k in (4, 6, 8):
         assert abs(ctrl.verify_s(k) - a * (1.0 + 0.107 * k)) < 0.05 * a
+
+
+def _first_call_sim(ctrl: DraftController, rounds: int, *, alpha: float, f: float, b: float, a: float,
+                    rng: np.random.Generator, tell_first: bool = True) -> list[int]:
+    """Rounds of one draft model whose K calls cost f + K b (the first call imports the target's
+    cache and decodes 1-2 rows: f more than the others) and a verify of K + 1 rows a (1 + 0.107 K)
+    (the 2-core Xeon's); returns the K of each round that drafted."""
+    ks = []
+    for _ in range(rounds):
+        c = ctrl.choose(drafters=[Candidate("m", kv_shared=True)], draft_max=8)
+        k = c.draft_len if c.drafter is not None else 0
+        acc = 0
+        while acc < k and rng.random() < alpha:
+            acc += 1
+        jitter = rng.lognormal(0.0, 0.05)
+        first = (b + f) * jitter
+        draft_s = (f + k * b) * jitter if k else 0.0
+        ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1,
+                     round_s=a * (1.0 + 0.107 * k) * jitter + draft_s, draft_s=draft_s,
+                     draft_first_s=first if k and tell_first else None, draft_calls=k)
+        if k:
+            ks.append(k)
+    return ks
+
+
+def test_a_draft_models_first_call_is_priced_once_a_round_not_per_token() -> None:
+    # The Q4_1 draft on the 2-core Xeon: K tokens cost f + K b, f = 4.9 ms (the cache import and a
+    # 2-row first decode), b = 10.1 ms; the target a = 23.3 ms, accept rate 0.92. Told which part of
+    # a round's draft seconds was its first call, the controller prices every K within 3%, at
+    # whatever K it drafted. Priced per drafted token (draft seconds over K at the K in use, ~4.5
+    # here) it put K = 1 at 11.2 ms (-25%) and K = 8 at 5% too dear: short rounds too cheap, long
+    # ones too dear, and at this accept rate the K it chose then was 3, not the best 4 (1% slower).
+    a, f, b, alpha = 0.0233, 0.0049, 0.0101, 0.92
+    for seed in range(3):
+        ctrl = DraftController()
+        ks = _first_call_sim(ctrl, 300, alpha=alpha, f=f, b=b, a=a, rng=np.random.default_rng(seed))
+        assert len(set(ks)) >= 3  # it drafted at several K (and priced the others from them)
+        for k in (1, 2, 4, 8):
+            assert ctrl.draft_cost_s("m", k) == pytest.approx(f + k * b, rel=0.03)
+    # not told (a drafter that reports no first call): per drafted token, as before
+    ctrl = DraftController()
+    ks = _first_call_sim(ctrl, 300, alpha=alpha, f=f, b=b, a=a, rng=np.random.default_rng(0), tell_first=False)
+    assert ctrl.draft_cost_s("m", 1) < 0.9 * (f + b)  # the first call's extra spread over K tokens
+    assert ctrl.draft_cost_s("m", 8) > 1.03 * (f + 8 * b)

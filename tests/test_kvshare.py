@@ -155,3 +155,22 @@ def test_sampled_sequences_with_an_importing_draft_follow_the_target_alone(rule:
     f_exp = np.append(expected[big], expected[~big].sum())
     assert sum(counts.values()) == runs and set(counts) <= set(exact)
     assert sps.chisquare(f_obs, f_exp).pvalue > 1e-3
+
+
+def test_a_draft_reports_its_first_call_apart_from_the_one_row_calls_after_it(fake_clock: FakeClock) -> None:
+    # The controller prices K drafts at f + K b (ggufspec.control): a round's first call decodes
+    # what the last round left (2 rows after a full accept) and, sharing the target's cache, the
+    # import; the calls after it decode one row each
+    target, draft = _pair(0, fake_clock=fake_clock)
+    prompt = [1, 2, 3, 4, 5]
+    drafter = ModelDrafter(draft)
+    drafter.prefill(prompt)
+    d = drafter.propose(prompt, draft_len=4)
+    assert d.decode_calls == 4 and d.first_s == pytest.approx(draft.t_1)
+    assert d.decode_s - d.first_s == pytest.approx(3 * draft.t_1)
+    # all 4 accepted, and the target's bonus token: the draft lacks its own last proposal and the bonus
+    d2 = drafter.propose([*prompt, *d.tokens, 0], draft_len=3)
+    assert d2.decode_calls == 3 and d2.first_s == pytest.approx(draft.t_1 + draft.t_row)
+    assert d2.decode_s - d2.first_s == pytest.approx(2 * draft.t_1)
+    # a free drafter has no first call
+    assert LookupDrafter().propose([1, 2, 3, 1, 2], draft_len=2).first_s is None
