@@ -181,6 +181,15 @@ class Choice:
     grade: int = 0  # the chosen free drafter's grade this round (Candidate.grade)
 
 
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A free drafter's proposal that did not run, scored against the tokens the target emitted."""
+
+    proposed: int  # tokens it proposed
+    matched: int  # of them, the prefix equal to the emitted tokens
+    grade: int = 0  # its grade (Candidate.grade)
+
+
 class DraftController:
     """Chooses each round's drafter and draft length; learns from `observe`. One per pair, kept
     across generations (its estimates are the machine's and the drafters', not one prompt's)."""
@@ -640,26 +649,24 @@ class DraftController:
         round_s: float,
         draft_s: float = 0.0,
         free: bool = False,
-        scored: Mapping[str, tuple[int, int]] | None = None,
+        scored: Mapping[str, Scored] | None = None,
         catchup_tokens: int = 0,
         catchup_s: float = 0.0,
-        grades: Mapping[str, int] | None = None,
         draft_first_s: float | None = None,
         draft_calls: int = 0,
     ) -> None:
         """A round ended: `choice` ran, `drafted` tokens were verified, `accepted` kept, `emitted`
         tokens came out (accepted + 1) in `round_s` seconds (drafting, verify and our Python; not a
         draft model's catch-up), `draft_s` of them drafting. `free`: the chosen drafter is free.
-        `scored`: for free drafters not chosen, (proposed, matched): their proposal and its prefix
-        equal to the emitted tokens. `catchup_tokens` / `catchup_s`: the draft model caught up on
+        `scored`: the free drafters not chosen, by name: their proposal scored against the emitted
+        tokens, with its grade. `catchup_tokens` / `catchup_s`: the draft model caught up on
         that many tokens of history first, in that many seconds (not part of `round_s`).
-        `grades`: the grade of each scored proposal (Candidate.grade; 0 where not given).
         `draft_first_s`: of `draft_s`, the seconds of the draft's first call, of `draft_calls`
         (None: not told; `draft_s` is then priced per drafted token)."""
         st = self.settings
         if choice.drafter is not None and choice.grade:
             choice = replace(choice, drafter=self._key(choice.drafter, choice.grade))
-        scored = {self._key(n, (grades or {}).get(n, 0)): v for n, v in (scored or {}).items()}
+        by_source = {self._key(n, v.grade): v for n, v in (scored or {}).items()}
         name = choice.drafter
         if name is not None:
             model = self._model(name, free)
@@ -690,10 +697,10 @@ class DraftController:
             self._record_accepts(name, drafted, accepted, emitted)
         if name is not None and catchup_tokens > SYNCED and self.timed:
             self._model(name, free).catchup.add(self.round, catchup_s / catchup_tokens)
-        for other, (proposed, matched) in (scored or {}).items():
-            if other != name and proposed > 0:
+        for other, v in by_source.items():
+            if other != name and v.proposed > 0:
                 self._model(other, True)
-                self._record_accepts(other, proposed, matched, emitted)
+                self._record_accepts(other, v.proposed, v.matched, emitted)
         # realized throughput of the source, its seconds winsorized at `winsor` model round times
         src = self._source(NONE if name is None else name)
         a = self.base_s() or round_s

@@ -20,7 +20,7 @@ import numpy as np
 
 from ggufspec import clock
 from ggufspec.acceptance import AcceptRule, Variant, accept_greedy, accept_match, accept_rejection
-from ggufspec.control import Candidate, Choice, DraftController
+from ggufspec.control import Candidate, Choice, DraftController, Scored
 from ggufspec.drafters import Draft, Drafter, DraftLengthSettings, common_prefix
 from ggufspec.errors import UserError
 from ggufspec.sampling import SamplingSettings, probabilities, sample
@@ -417,13 +417,12 @@ def _observe(
 ) -> None:
     """Tell the controller how the round went, and score the free drafters it did not pick against
     the tokens the target emitted (full information: no extra target call)."""
-    scored = {name: (len(p.tokens), common_prefix(p.tokens, emitted))
+    scored = {name: Scored(len(p.tokens), common_prefix(p.tokens, emitted), p.grade)
               for name, p in proposals.items() if name != choice.drafter}
     controller.observe(choice=choice, drafted=drafted, accepted=accepted, emitted=len(emitted), round_s=round_s,
                        draft_s=draft_s, free=choice.drafter in proposals, scored=scored,
                        catchup_tokens=catchup[0], catchup_s=catchup[1],
-                       draft_first_s=first[0], draft_calls=first[1],
-                       grades={name: p.grade for name, p in proposals.items()})
+                       draft_first_s=first[0], draft_calls=first[1])
 
 
 def _pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generator) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from ggufspec.control import SYNCED, Candidate, Choice, ControlSettings, DraftController
+from ggufspec.control import SYNCED, Candidate, Choice, ControlSettings, DraftController, Scored
 
 SETTLE = 40  # rounds to settle on the best source
 FOLLOW = 60  # rounds to follow a change of costs
@@ -27,6 +27,15 @@ class Sim:
     alpha: float  # per-token accept rate
     free: bool = False
     p_match: float = 1.0  # free drafters: how often they have something to propose
+
+
+def _kept(rng: np.random.Generator, n: int, alpha: float) -> int:
+    """How many of n drafts the target keeps when each is kept with probability `alpha` until the
+    first rejection."""
+    kept = 0
+    while kept < n and rng.random() < alpha:
+        kept += 1
+    return kept
 
 
 def best_rate(a: float, d: Sim, k_max: int = 8) -> float:
@@ -52,8 +61,7 @@ def simulate(ctrl: DraftController, rounds: int, *, a: float, drafters: dict[str
             t = a
         else:
             d = drafters[c.drafter]
-            while acc < k and rng.random() < d.alpha:
-                acc += 1
+            acc = _kept(rng, k, d.alpha)
             t_draft = k * d.b
             t = a + t_draft
         jitter = rng.lognormal(0.0, 0.1) * (50.0 if r == stall else 1.0)
@@ -61,10 +69,7 @@ def simulate(ctrl: DraftController, rounds: int, *, a: float, drafters: dict[str
         scored = {}
         for name, n in props.items():
             if name != c.drafter and n > 0:
-                m = 0
-                while m < n and m < acc + 1 and rng.random() < drafters[name].alpha:
-                    m += 1
-                scored[name] = (n, m)
+                scored[name] = Scored(n, _kept(rng, min(n, acc + 1), drafters[name].alpha))
         ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=t, draft_s=t_draft,
                      free=c.drafter in props, scored=scored)
         choices.append(c)
@@ -457,17 +462,12 @@ def _lookup_prompt(ctrl: DraftController, rng: np.random.Generator, *, look_alph
                         draft_max=min(8, left - 1), remaining=left)
         k = c.draft_len if c.drafter else 0
         alpha = model_alpha if c.drafter == "m" else look_alpha
-        acc = 0
-        while acc < k and rng.random() < alpha:
-            acc += 1
+        acc = _kept(rng, k, alpha)
         jitter = rng.lognormal(0.0, 0.1)
         draft_s = k * 0.42 * A * jitter if c.drafter == "m" else 0.0
         scored = {}
         if c.drafter != "lookup" and match:
-            m = 0
-            while m < match and m < acc + 1 and rng.random() < look_alpha:
-                m += 1
-            scored["lookup"] = (match, m)
+            scored["lookup"] = Scored(match, _kept(rng, min(match, acc + 1), look_alpha))
         ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=_verify(k) * jitter + draft_s,
                      draft_s=draft_s, free=c.drafter == "lookup", scored=scored)
         picks.append(c.drafter)
@@ -509,20 +509,15 @@ def _graded_prompt(ctrl: DraftController, rng: np.random.Generator, *, grades: d
                         draft_max=min(8, left - 1), remaining=left)
         k = c.draft_len if c.drafter else 0
         alpha = model_alpha if c.drafter == "m" else grades[g]
-        acc = 0
-        while acc < k and rng.random() < alpha:
-            acc += 1
+        acc = _kept(rng, k, alpha)
         jitter = rng.lognormal(0.0, 0.1)
         draft_s = k * 0.42 * A * jitter if c.drafter == "m" else 0.0
         round_s = _verify(k) * jitter + draft_s
         scored = {}
         if c.drafter != "lookup":
-            m = 0
-            while m < match and m < acc + 1 and rng.random() < grades[g]:
-                m += 1
-            scored["lookup"] = (match, m)
+            scored["lookup"] = Scored(match, _kept(rng, min(match, acc + 1), grades[g]), g if graded else 0)
         ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=round_s, draft_s=draft_s,
-                     free=c.drafter == "lookup", scored=scored, grades={"lookup": g if graded else 0})
+                     free=c.drafter == "lookup", scored=scored)
         picks.append((g, c.drafter))
         gen += acc + 1
         seconds += round_s
@@ -573,12 +568,7 @@ def _shared_round(ctrl: DraftController, accept) -> Choice:
 
 def _agreeing(rng: np.random.Generator, alpha: float = 0.96):
     """Each draft kept with probability `alpha` until the first rejection."""
-    def accept(k: int) -> int:
-        n = 0
-        while n < k and rng.random() < alpha:
-            n += 1
-        return n
-    return accept
+    return lambda k: _kept(rng, k, alpha)
 
 
 def _shared_warm_controller(rng: np.random.Generator) -> DraftController:
@@ -646,9 +636,7 @@ def _first_call_sim(ctrl: DraftController, rounds: int, *, alpha: float, f: floa
     for _ in range(rounds):
         c = ctrl.choose(drafters=[Candidate("m", kv_shared=True)], draft_max=8)
         k = c.draft_len if c.drafter is not None else 0
-        acc = 0
-        while acc < k and rng.random() < alpha:
-            acc += 1
+        acc = _kept(rng, k, alpha)
         jitter = rng.lognormal(0.0, 0.05)
         first = (b + f) * jitter
         draft_s = (f + k * b) * jitter if k else 0.0
