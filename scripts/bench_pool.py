@@ -83,6 +83,8 @@ def main() -> None:
         if args.default not in configs:
             sys.exit(f"error: {run} has no configuration {args.default!r}; pass --default NAME")
         rivals = rivals_of(configs)
+        if not rivals:
+            sys.exit(f"error: {run} has no fixed-K or always-draft configuration; run the bench with --sweep-k")
         speed = {c: prompt_speedups(tps, c) for c in [args.default, *rivals]}
         cells = sorted({cell_of(p, cat) for p in speed[args.default]})
         per_cell = {c: {cell: st.median(v for p, v in speed[c].items() if cell_of(p, cat) == cell) for cell in cells}
