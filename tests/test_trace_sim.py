@@ -1,0 +1,44 @@
+"""scripts/trace_sim.py's replay (pure: no llama_cpp): hand-built traces, the real controller."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+import pytest
+
+from ggufspec.control import DraftController
+
+_spec = importlib.util.spec_from_file_location("trace_sim", Path(__file__).parents[1] / "scripts" / "trace_sim.py")
+assert _spec is not None and _spec.loader is not None
+trace_sim = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(trace_sim)
+
+COSTS = trace_sim.Costs({"target_step_s": 0.03, "verify_s": {"0": 0.03, "1": 0.033, "2": 0.035, "4": 0.04, "8": 0.05},
+                         "draft_step_s": {"Q4_1": 0.01, "lookup": 0.0}})
+
+
+def _trace(reply_len: int, accepted: int) -> dict:
+    prompt = list(range(100, 110))
+    reply = [200 + i for i in range(reply_len)]  # no n-gram recurs: lookup never proposes
+    return {"set": "tuned", "category": "chat", "prompt": prompt, "reply": reply, "model_accepted": [accepted] * reply_len}
+
+
+def test_fixed_k_rounds_are_priced_as_measured() -> None:
+    # 40 tokens: the first from the prefill, then 4 rounds of K = 8 all kept (9 tokens each) and
+    # one of K = 2 (3 tokens left: K + 1 <= what remains)
+    seconds = trace_sim.simulate_prompt(_trace(40, 8), "K8", None, COSTS, random.Random(0), 0.0)
+    round8 = COSTS.verify_s(8) + COSTS.python + COSTS.f + 7 * COSTS.b
+    round2 = COSTS.verify_s(2) + COSTS.python + COSTS.f + COSTS.b
+    assert seconds == pytest.approx(4 * round8 + round2)
+
+
+def test_the_controller_drafts_where_drafts_are_kept_and_not_where_they_are_not() -> None:
+    alone = 127 * (COSTS.a + COSTS.python)
+    ctl = DraftController()
+    kept = [trace_sim.simulate_prompt(_trace(128, 8), "default", ctl, COSTS, random.Random(0), 0.0) for _ in range(3)]
+    assert alone / kept[-1] > 1.5  # 9 tokens for about 2.7 target steps a round
+    ctl = DraftController()
+    rejected = [trace_sim.simulate_prompt(_trace(128, 0), "default", ctl, COSTS, random.Random(0), 0.0) for _ in range(3)]
+    assert alone / rejected[-1] > 0.95  # settles on the target alone, retries aside (always-draft: 0.63)
