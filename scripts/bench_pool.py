@@ -15,7 +15,8 @@ of several runs (same prompts) and reports:
 
     .venv/bin/python scripts/bench_pool.py docs/bench/xeon-rounds docs/bench/epyc-first ... [--out FILE]
 
-Speedups are the bench's: a configuration's median tokens/s on a prompt over the target alone's.
+Speedups are the bench's: a configuration's median tokens/s on a prompt over the target alone's;
+the cell test is the bench's own (`ggufspec.bench.summary.default_vs_best`, over each run's summary).
 """
 
 from __future__ import annotations
@@ -23,54 +24,57 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
+import json
 import math
 import statistics as st
 import sys
 from pathlib import Path
+from typing import Any
 
-DEFAULT = "Q4_1+lookup K<=8"
+from ggufspec.bench.summary import default_vs_best, rivals
+
 TARGET = "target alone"
 
 
-def load(run: Path) -> dict[tuple[str, str], list[float]]:
-    """(configuration, prompt id) -> gen tok/s of each repeat: our greedy runs without an error."""
+def load(run: Path) -> tuple[dict[tuple[str, str], list[float]], dict[str, str]]:
+    """From a run's runs.csv: (configuration, prompt id) -> gen tok/s of each repeat (our greedy runs
+    without an error), and prompt id -> its cell ("tuned chat", "held-out code", ...)."""
     tps: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    cell: dict[str, str] = {}
     with open(run / "runs.csv", newline="") as f:
         for r in csv.DictReader(f):
+            cell[r["prompt_id"]] = f"{'held-out' if r['prompt_id'].startswith('h-') else 'tuned'} {r['category']}"
             if r["engine"] == "ggufspec" and float(r["temperature"]) == 0 and not r["error"]:
                 tps[(r["config"], r["prompt_id"])].append(float(r["gen_tps"]))
-    return tps
-
-
-def cell_of(prompt_id: str, category: dict[str, str]) -> str:
-    return f"{'held-out' if prompt_id.startswith('h-') else 'tuned'} {category[prompt_id]}"
-
-
-def categories(run: Path) -> dict[str, str]:
-    with open(run / "runs.csv", newline="") as f:
-        return {r["prompt_id"]: r["category"] for r in csv.DictReader(f)}
+    return tps, cell
 
 
 def prompt_speedups(tps: dict[tuple[str, str], list[float]], config: str) -> dict[str, float]:
-    """Prompt id -> the configuration's median tok/s over the target alone's."""
+    """Prompt id -> the configuration's median tok/s over the target alone's (the bench's per-prompt speedup)."""
     return {p: st.median(v) / st.median(tps[(TARGET, p)]) for (c, p), v in tps.items()
             if c == config and tps.get((TARGET, p))}
 
 
-def rivals_of(configs: set[str]) -> list[str]:
-    """The bench's rivals of the default: fixed K and always-draft configurations."""
-    return sorted(c for c in configs if " K=" in c or c.endswith("always-draft"))
+def cell_test(summary: dict[str, Any], contender: str) -> dict[str, float]:
+    """The bench's own cell test (`default_vs_best`) with `contender` in the default's place, per
+    prompt set and category: cell -> ratio."""
+    out = {}
+    for name in summary["prompt_sets"]:
+        part = summary["sets"][name]
+        for cat, v in default_vs_best(part["configs"], part["by_category"], default=contender).items():
+            if cat != "all" and v["ratio"] is not None:
+                out[f"{'held-out' if name == 'heldout' else name} {cat}"] = v["ratio"]
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("runs", nargs="+", type=Path, help="bench output folders (each with runs.csv)")
-    ap.add_argument("--default", default=DEFAULT, help=f"the default configuration's name (default {DEFAULT!r})")
+    ap.add_argument("runs", nargs="+", type=Path, help="bench output folders (each with bench.json and runs.csv)")
     ap.add_argument("--out", type=Path, help="write the report here too (markdown)")
     args = ap.parse_args()
-    missing = [str(r) for r in args.runs if not (r / "runs.csv").is_file()]
+    missing = [str(r) for r in args.runs if not ((r / "runs.csv").is_file() and (r / "bench.json").is_file())]
     if missing:
-        sys.exit(f"error: no runs.csv in {', '.join(missing)}; give folders written by `ggufspec bench --out`")
+        sys.exit(f"error: no bench.json and runs.csv in {', '.join(missing)}; give folders written by `ggufspec bench --out`")
 
     out: list[str] = [f"# {len(args.runs)} bench runs pooled", ""]
     pooled: dict[tuple[str, str], list[float]] = collections.defaultdict(list)  # (rival, cell) -> ratios
@@ -78,33 +82,28 @@ def main() -> None:
     out += ["## The issue's cell test, applied to each configuration in turn", "",
             "| run | configuration | worst cell (ratio to the best other) | cells below 0.97 |", "|---|---|---|---|"]
     for run in args.runs:
-        tps, cat = load(run), categories(run)
-        configs = {c for c, _ in tps}
-        if args.default not in configs:
-            sys.exit(f"error: {run} has no configuration {args.default!r}; pass --default NAME")
-        rivals = rivals_of(configs)
-        if not rivals:
+        summary = json.loads((run / "bench.json").read_text())["summary"]
+        default = summary["default_config"]
+        theirs = sorted(rivals(summary["configs"], default), key=lambda c: -(c.get("speedup") or 0.0))
+        if not theirs:
             sys.exit(f"error: {run} has no fixed-K or always-draft configuration; run the bench with --sweep-k")
-        speed = {c: prompt_speedups(tps, c) for c in [args.default, *rivals]}
-        cells = sorted({cell_of(p, cat) for p in speed[args.default]})
-        per_cell = {c: {cell: st.median(v for p, v in speed[c].items() if cell_of(p, cat) == cell) for cell in cells}
-                    for c in speed}
-        # the contenders: the default and the run's three fastest rivals (median over prompts)
-        top = sorted(rivals, key=lambda r: -st.median(speed[r].values()))[:3]
-        for c in [args.default, *top]:
-            others = [r for r in rivals if r != c]
-            ratios = {cell: per_cell[c][cell] / max(1.0, *(per_cell[o][cell] for o in others)) for cell in cells}
+        # the contenders: the default and the run's three fastest rivals
+        top = [c["name"] for c in theirs[:3]]
+        for c in [default, *top]:
+            ratios = cell_test(summary, c)
             worst = min(ratios, key=lambda k: ratios[k])
-            below = [f"{k} {v:.2f}" for k, v in ratios.items() if v < 0.97]
-            out.append(f"| {run.name} | {c} | {worst} {ratios[worst]:.3f} | {len(below)} of {len(cells)}"
+            below = [f"{k} {v:.2f}" for k, v in sorted(ratios.items()) if v < 0.97]
+            out.append(f"| {run.name} | {c} | {worst} {ratios[worst]:.3f} | {len(below)} of {len(ratios)}"
                        f"{': ' + ', '.join(below) if below else ''} |")
-        for r in rivals:
-            for p, v in speed[args.default].items():
-                if p in speed[r]:
-                    pooled[(r, cell_of(p, cat))].append(v / speed[r][p])
+        tps, cell = load(run)
+        speed = {c: prompt_speedups(tps, c) for c in [default, *(r["name"] for r in theirs)]}
+        for r in theirs:
+            for p, v in speed[default].items():
+                if p in speed[r["name"]]:
+                    pooled[(r["name"], cell[p])].append(v / speed[r["name"]][p])
         # against the run's fastest rival (one configuration: a maximum over rivals per prompt would
         # pick each prompt's luckiest repeat)
-        for p, v in speed[args.default].items():
+        for p, v in speed[default].items():
             if p in speed[top[0]]:
                 by_prompt[p].append(v / speed[top[0]][p])
 

@@ -41,6 +41,7 @@ from ggufspec.drafters import LookupDrafter, common_prefix
 
 MODEL = "model"
 K_MAX = 8
+MAX_TOKENS = 128  # new tokens a generation, as the bench's
 POLICIES = ("default", "model", "always", "K8", "K4")  # model + lookup; model alone; always-draft; fixed K
 
 
@@ -106,7 +107,7 @@ class Costs:
 
 
 def simulate_prompt(trace: dict[str, Any], policy: str, ctl: DraftController | None, costs: Costs,
-                    rng: random.Random, noise: float, max_tokens: int = 128) -> float:
+                    rng: random.Random, noise: float, max_tokens: int = MAX_TOKENS) -> float:
     """Seconds the generation takes under `policy` (the first token, from the prefill, excluded)."""
     prompt, reply, accepted_at = trace["prompt"], trace["reply"], trace["model_accepted"]
     end = min(max_tokens, len(reply))
@@ -166,7 +167,7 @@ def simulate(path: Path, bench: Path, noise: float, seeds: int) -> None:
         ctls = {p: DraftController() for p in POLICIES if not p.startswith("K")}  # one per policy, kept across prompts
         for _ in range(2):  # the bench's two repeats, in its order
             for pid, t in traces.items():
-                alone = (min(128, len(t["reply"])) - 1) * (costs.a + costs.python)
+                alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * (costs.a + costs.python)
                 for policy in POLICIES:
                     seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise)
                     speedups[(policy, pid)].append(alone / seconds)
@@ -189,7 +190,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("record", help="record acceptance traces of the default pair")
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--max-tokens", type=int, default=128)
+    r.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
     s = sub.add_parser("simulate", help="replay the traces through the controller")
     s.add_argument("traces", type=Path)
     s.add_argument("--bench", type=Path, default=Path("docs/bench/epyc-first/bench.json"),

@@ -128,14 +128,14 @@ def default_vs_best(configs: Sequence[Mapping], by_category: Mapping[str, Mappin
     ratio of at least 0.97 everywhere. `key`: "speedup" (generation tok/s) or "speedup_e2e"
     (prompt and generation seconds), with `by_category` of the same kind.
     """
-    rivals = _rivals(configs, default)
+    others = rivals(configs, default)
     tables: dict[str, dict[str, float | None]] = {"all": {c["name"]: c.get(key) for c in configs}}
     for cat in sorted({cat for row in by_category.values() for cat in row}):
         tables[cat] = {name: row.get(cat) for name, row in by_category.items()}
     out: dict[str, dict[str, Any]] = {}
     for cat, speedups in tables.items():
         d = speedups.get(default)
-        scored = [(speedups.get(c["name"]), c["name"]) for c in rivals if speedups.get(c["name"]) is not None]
+        scored = [(speedups.get(c["name"]), c["name"]) for c in others if speedups.get(c["name"]) is not None]
         best = max(scored, default=None)
         ref, ref_name = (best if best is not None and best[0] > 1.0 else (1.0, "target alone"))
         out[cat] = {"default": d, "reference": ref_name, "reference_speedup": ref,
@@ -143,7 +143,7 @@ def default_vs_best(configs: Sequence[Mapping], by_category: Mapping[str, Mappin
     return out
 
 
-def _rivals(configs: Sequence[Mapping], default: str) -> list[Mapping]:
+def rivals(configs: Sequence[Mapping], default: str) -> list[Mapping]:
     """The default's rivals: our greedy fixed-length and always-draft configurations."""
     return [c for c in configs if c.get("engine") == "ggufspec" and c.get("temperature") == 0
             and c.get("draft") != BASELINE and c.get("name") != default and (c.get("fixed") or c.get("always_draft"))]
@@ -158,10 +158,10 @@ def _add_intervals(vs_best: dict[str, dict[str, Any]], plan: BenchPlan, ok: Sequ
         if r.engine == "ggufspec" and r.temperature == 0:
             name = "target alone" if r.draft == BASELINE else r.config
             samples.setdefault(name, {}).setdefault(r.prompt_id, []).append(_e2e_tps(r) if end_to_end else r.gen_tps)
-    rivals = [c["name"] for c in _rivals(configs, plan.default_config)]
+    names = [c["name"] for c in rivals(configs, plan.default_config)]
     for cat, cell in vs_best.items():
         ids = [p.id for p in plan.prompts if cat == "all" or p.category == cat]
-        got = ratio_interval(samples, default=plan.default_config, rivals=rivals, baseline="target alone", prompts=ids)
+        got = ratio_interval(samples, default=plan.default_config, rivals=names, baseline="target alone", prompts=ids)
         cell["ratio_low"], cell["ratio_high"] = got if got is not None else (None, None)
 
 
