@@ -21,7 +21,7 @@ from ggufspec import clock
 from ggufspec.errors import UserError
 from ggufspec.kvshare import import_pays
 from ggufspec.sampling import SamplingSettings, probabilities, sample
-from ggufspec.settings import LookupSettings
+from ggufspec.settings import DRAFT_MAX, LookupSettings
 from ggufspec.target import Target
 
 
@@ -102,7 +102,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class DraftLengthSettings:
     """--draft-max, --draft-min, --draft-p-min, --fixed and --always-draft."""
 
-    draft_max: int = 8  # most tokens one round drafts (the controller's largest K)
+    draft_max: int = DRAFT_MAX  # most tokens one round drafts (the controller's largest K)
     draft_min: int = 0  # a shorter draft is not verified (the round runs the target alone)
     draft_p_min: float = 0.0  # confidence stop: stop drafting when the draft's top p falls below
     fixed: bool = False  # no controller: the first drafter drafts draft_max every round

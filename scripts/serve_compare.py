@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from ggufspec.errors import UserError  # noqa: E402
 from ggufspec.llama.lib import repack  # noqa: E402
+from ggufspec.settings import DRAFT_MAX  # noqa: E402
 
 
 @dataclass
@@ -187,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, nargs="+", default=[1, 4], help="clients at once (default 1 4)")
     p.add_argument("--repeats", type=int, default=3, help="passes over the prompts per cell (default 3)")
     p.add_argument("--limit", type=int, default=None, help="use only the first N chat prompts")
-    p.add_argument("--draft-max", type=int, default=8, help="llama-server's --spec-draft-n-max (default 8)")
+    p.add_argument("--draft-max", type=int, default=DRAFT_MAX,
+                   help=f"llama-server's --spec-draft-n-max (default {DRAFT_MAX}, ggufspec's --draft-max)")
     p.add_argument("--ctx", type=int, default=4096, help="context per sequence (default 4096)")
     p.add_argument("--threads", type=int, default=None, help="threads for every server (default: each one's own)")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "serve_compare",

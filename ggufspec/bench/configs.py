@@ -10,6 +10,7 @@ from typing import Sequence
 
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.errors import UserError
+from ggufspec.settings import DRAFT_MAX
 
 BASELINE = "none"  # draft label of the target alone
 LOOKUP = "lookup"
@@ -81,7 +82,7 @@ def make_plan(
     target: str | None = None,
     drafts: Sequence[DraftSpec] | None = None,
     k_values: Sequence[int] = (1, 2, 4, 8),
-    default_k: int = 8,
+    default_k: int = DRAFT_MAX,
     temperature: float = 0.8,
     repeats: int = 3,
     max_tokens: int = 128,

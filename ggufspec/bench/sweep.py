@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ggufspec.errors import UserError
-from ggufspec.settings import Layers
+from ggufspec.settings import DRAFT_MAX, Layers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +54,7 @@ def parse_ngl_list(text: str) -> tuple[Layers, ...]:
 
 def run_sweep(*, target: str | None, draft: str | None, prompts: Sequence[object], ngl_values: Sequence[Layers],
               max_tokens: int, repeats: int, n_ctx: int, n_threads: int | None, rpc: str | None,
-              draft_max: int = 8, progress: Callable[[str], None] | None = None) -> list[SweepPoint]:
+              draft_max: int = DRAFT_MAX, progress: Callable[[str], None] | None = None) -> list[SweepPoint]:
     """Run the sweep (see the module docstring); one SweepPoint per layer count, in order."""
     from ggufspec.drafters import DraftLengthSettings
     from ggufspec.engine import SpeculativeSettings

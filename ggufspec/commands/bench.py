@@ -37,6 +37,7 @@ from pathlib import Path
 
 from ggufspec.commands import add_draft_kv_argument, add_pair_argument, add_rpc_argument
 from ggufspec.errors import UserError
+from ggufspec.settings import DRAFT_MAX
 
 QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1}  # per prompt set
 FULL_DRAFT_QUANTS = "Q4_0,Q2_K"
@@ -67,7 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--sweep-ngl", default=None, metavar="N,N|all",
                    help="instead of the usual bench: target alone and speculative at each count of target layers "
                         "offloaded (GPUs, or RPC workers with --rpc), e.g. 0,8,16,24,all")
-    s.add_argument("--draft-max", type=int, default=8, metavar="N", help="draft_max of the adaptive configurations (default 8)")
+    s.add_argument("--draft-max", type=int, default=DRAFT_MAX, metavar="N",
+                   help=f"draft_max of the adaptive configurations (default {DRAFT_MAX})")
     s.add_argument("--temp", type=float, default=0.8, metavar="T", help="temperature of the rejection vs match sweep (0 skips it; default 0.8)")
     s.add_argument("--seed", type=int, default=1234, help="base seed of the sampled runs")
     r = p.add_argument_group("peers and runtime")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ggufspec.commands import add_draft_kv_argument, add_model_arguments, add_sampling_arguments, pair_settings
 from ggufspec.errors import UserError
+from ggufspec.settings import DRAFT_MAX
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("-n", "--max-tokens", type=int, default=512, metavar="N", help="most tokens a reply generates (default 512)")
     add_sampling_arguments(p.add_argument_group("sampling (change live with /temp, /top-p)"))
     d = p.add_argument_group("speculation (change live with /draft, /k, /accept)")
-    d.add_argument("--draft-max", type=int, default=8, metavar="N", help="most tokens drafted per round, K (default 8)")
+    d.add_argument("--draft-max", type=int, default=DRAFT_MAX, metavar="N",
+                   help=f"most tokens drafted per round, K (default {DRAFT_MAX})")
     d.add_argument("--fixed", action="store_true",
                    help="the first drafter drafts --draft-max tokens every round (default: the controller chooses)")
     d.add_argument("--always-draft", action="store_true",

@@ -29,6 +29,7 @@ from ggufspec.commands import (
     add_draft_kv_argument, add_model_arguments, add_rpc_argument, add_sampling_arguments, pair_settings,
 )
 from ggufspec.errors import UserError
+from ggufspec.settings import DRAFT_MAX
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
     add_sampling_arguments(p.add_argument_group("sampling"))
     d = p.add_argument_group("speculation")
-    d.add_argument("--draft-max", type=int, default=8, metavar="N", help="most tokens drafted per round (default 8)")
+    d.add_argument("--draft-max", type=int, default=DRAFT_MAX, metavar="N",
+                   help=f"most tokens drafted per round (default {DRAFT_MAX})")
     d.add_argument("--draft-min", type=int, default=0, metavar="N", help="skip drafts shorter than this")
     d.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
     d.add_argument("--fixed", action="store_true",

@@ -14,6 +14,7 @@ from ggufspec.drafters import DraftLengthSettings
 from ggufspec.engine import SpeculativeSettings
 from ggufspec.errors import UserError
 from ggufspec.sampling import SamplingSettings
+from ggufspec.settings import DRAFT_MAX
 
 MAX_K = 64  # as the server's draft_max
 
@@ -77,7 +78,7 @@ class ChatSettings:
     """What the next turn runs with; every field is changed live by a command."""
 
     max_tokens: int = 512  # most tokens one reply generates
-    draft_max: int = 8  # K: the most tokens one round drafts (the cap of the adaptive length)
+    draft_max: int = DRAFT_MAX  # K: the most tokens one round drafts (the cap of the adaptive length)
     fixed: bool = False  # always draft K (/k N) instead of the adaptive, paced length (/k auto)
     temperature: float = 0.0
     top_p: float = 1.0
