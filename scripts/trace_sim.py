@@ -6,14 +6,16 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
 
     record    runs the default pair once per prompt (both built-in sets, the bench's order): the
               target's greedy reply, and for every position p of it how many of the draft model's
-              greedy tokens from p (up to 8; its cache the target's for the history before p, as
-              after a fully accepted round) equal the reply's. About 20 minutes on the 2-core EPYC.
+              greedy tokens from p (up to --k-max, 16; its cache the target's for the history
+              before p, as after a fully accepted round) equal the reply's, and the draft's top
+              probability at each (for --draft-p-min). About 25 minutes on the 2-core EPYC.
     simulate  replays each prompt through the real `DraftController` and `LookupDrafter`: a
               round's drafts are accepted as the trace says, its seconds are the bench's measured
               costs (`micro` in a bench.json: a target step, a verify of K + 1 rows, a draft step;
               the draft's first call 4.9 ms dearer, as measured), with per-round noise if asked.
               Prints each policy's median speedup per prompt set and category (the bench's
-              statistic, two repeats) and the default against always-draft and fixed K = 8.
+              statistic, two repeats) and the first policy against each other, per prompt
+              (`--policies default always:8 K8 default:12:0.3`: kind, draft_max, p_min).
 
 Checked against the real loop: fixed K = 8 over the 58 prompts ran 843 rounds, the simulation
 841 (and 841 with the draft's cache refreshed from the target's every round, the trace's model).
@@ -28,24 +30,26 @@ from __future__ import annotations
 
 import argparse
 import collections
+import csv
 import json
 import math
 import random
 import statistics as st
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ggufspec.control import Candidate, Choice, DraftController, Scored
 from ggufspec.drafters import LookupDrafter, common_prefix
+from ggufspec.settings import DRAFT_MAX
 
 MODEL = "model"
-K_MAX = 8
+K_MAX = 16  # draft tokens scored from each position by `record` (the most a replayed policy may draft)
 MAX_TOKENS = 128  # new tokens a generation, as the bench's
-POLICIES = ("default", "model", "always", "K8", "K4")  # model + lookup; model alone; always-draft; fixed K
 
 
-def record(out: Path, max_tokens: int) -> None:
+def record(out: Path, max_tokens: int, k_max: int = K_MAX) -> None:
     import numpy as np
 
     from ggufspec import ContextSettings, PairSettings, SamplingSettings, load_pair
@@ -65,37 +69,70 @@ def record(out: Path, max_tokens: int) -> None:
                 target.clear()
                 target.decode(hist[:-1], logits="none")
                 state = target.state()
-                accepted = []
+                accepted, tops = [], []
                 for pos in range(len(prompt), len(hist)):  # a round whose history is hist[:pos]
                     if not draft.load_state(state, hist[:-1]):
                         sys.exit("error: the draft model refused the target's KV cache (not the same network)")
                     draft.truncate(pos - 1)
-                    tok, n = hist[pos - 1], 0
-                    while n < K_MAX and pos + n < len(hist):
+                    tok, n, top = hist[pos - 1], 0, []
+                    while n < k_max and pos + n < len(hist):
                         draft.decode([tok], logits="last")
-                        tok = int(np.argmax(draft.logits(-1)))
+                        logits = draft.logits(-1)
+                        tok = int(np.argmax(logits))
+                        top.append(round(1.0 / float(np.exp(logits - logits[tok]).sum()), 4))  # as --draft-p-min reads it
                         if tok != hist[pos + n]:
                             break
                         n += 1
                     accepted.append(n)
+                    tops.append(top)
                 traces[p.id] = {"set": s, "category": p.category, "prompt": prompt, "reply": list(gen.tokens),
-                                "model_accepted": accepted}
+                                "model_accepted": accepted, "model_top": tops, "k_max": k_max}
                 print(f"{p.id}: {len(gen.tokens)} tokens, {st.mean(accepted):.2f} accepted from each position", flush=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(json.dumps(traces))
     tmp.replace(out)
 
 
+FIRST_CALL_S = 0.0049  # the draft's first call imports the target's cache (ggufspec.drafters.Draft.first_s)
+
+
 class Costs:
-    """Seconds of a round's parts, from a bench's `micro` block."""
+    """Seconds of a round's parts: from a bench's `micro` block (decodes timed back to back), or,
+    with `from_runs`, from its runs as the loop measured them."""
 
     def __init__(self, micro: dict[str, Any]) -> None:
         self.a = float(micro["target_step_s"])
         self.verify = {int(k): float(v) for k, v in micro["verify_s"].items()}
         steps = [v for k, v in micro["draft_step_s"].items() if v]
         self.b = float(steps[0])
-        self.f = self.b + 0.0049  # the first call imports the target's cache (ggufspec.drafters.Draft.first_s)
+        self.f = self.b + FIRST_CALL_S
         self.python = 0.0003  # our Python a round (the bench's time split)
+        self.source = "micro"
+
+    @classmethod
+    def from_runs(cls, rows: list[dict[str, str]], draft: str) -> Costs:
+        """The loop's own costs in a bench's runs.csv: a the target alone's verify seconds a round,
+        V(K) the fixed-K runs' (`draft` K=k), b their draft seconds a drafted token once the first
+        call's import is taken off. On the 2-core EPYC (docs/bench/epyc-first) they read a = 36.5
+        ms, V(8) = 71.4 ms, b = 12.5 ms against the micro block's 33.9, 57.7 and 9.8 ms."""
+        def per_round(config: str, col: str) -> tuple[float, float, float]:
+            ok = [r for r in rows if r["config"] == config and not r["error"] and int(r["rounds"] or 0)]
+            if not ok:
+                sys.exit(f"error: no runs of {config!r} in the bench's runs.csv")
+            n = sum(int(r["rounds"]) for r in ok)
+            return sum(float(r[col]) for r in ok) / n, sum(int(r["drafted"]) for r in ok) / n, n
+        costs = cls({"target_step_s": per_round("target alone", "verify_s")[0],
+                     "verify_s": {"0": per_round("target alone", "verify_s")[0]}, "draft_step_s": {draft: 1.0}})
+        fixed = sorted(int(c.rsplit("=", 1)[1]) for c in {r["config"] for r in rows} if c.startswith(f"{draft} K="))
+        if len(fixed) < 2:
+            sys.exit(f"error: the bench ran fewer than two fixed K of {draft}; run it with --sweep-k")
+        for k in fixed:
+            costs.verify[k] = per_round(f"{draft} K={k}", "verify_s")[0]
+        draft_s, drafted, _ = per_round(f"{draft} K={fixed[-1]}", "draft_s")
+        costs.b = (draft_s - FIRST_CALL_S) / drafted
+        costs.f = costs.b + FIRST_CALL_S
+        costs.source = f"{draft} runs"
+        return costs
 
     def verify_s(self, k: int) -> float:
         ks = sorted(self.verify)
@@ -106,10 +143,57 @@ class Costs:
         return self.verify[hi] + (self.verify[hi] - self.verify[lo]) / (hi - lo) * (k - hi)
 
 
-def simulate_prompt(trace: dict[str, Any], policy: str, ctl: DraftController | None, costs: Costs,
+@dataclass(frozen=True)
+class Policy:
+    """A configuration replayed: `kind` default (model + lookup, the controller), model (the model
+    alone, controlled), always (the model alone, never K = 0) or fixed (the model, `draft_max`
+    every round); `draft_max` the largest K; `p_min` the confidence stop (--draft-p-min)."""
+
+    kind: str
+    draft_max: int = DRAFT_MAX
+    p_min: float = 0.0
+
+    @property
+    def label(self) -> str:
+        name = {"default": "default", "model": "model", "always": "always"}.get(self.kind, "K")
+        text = f"K{self.draft_max}" if self.kind == "fixed" else f"{name}<={self.draft_max}"
+        return text + (f" p{self.p_min:g}" if self.p_min else "")
+
+    @classmethod
+    def parse(cls, text: str) -> Policy:
+        """"default", "always:16", "K8", "default:16:0.3" (kind[:draft_max[:p_min]])."""
+        if text.startswith("K") and text[1:].isdigit():
+            return cls("fixed", int(text[1:]))
+        parts = text.split(":")
+        if parts[0] not in ("default", "model", "always") or len(parts) > 3:
+            sys.exit(f"error: bad policy {text!r}; give default|model|always[:DRAFT_MAX[:P_MIN]] or K<N>")
+        return cls(parts[0], int(parts[1]) if len(parts) > 1 else DRAFT_MAX, float(parts[2]) if len(parts) > 2 else 0.0)
+
+
+DEFAULT_POLICIES = ("default", "model", "always", "K8", "K4")  # the bench's: the controller's at DRAFT_MAX, fixed K
+
+
+def _drafted(top: list[float], k: int, p_min: float) -> tuple[int, int]:
+    """(tokens proposed, decode calls) of a model round asked for k tokens under the confidence stop:
+    it stops before the first token whose top probability is under p_min (that call made); past
+    the recorded chain (the draft's own continuation after a mismatch) it goes on."""
+    if p_min > 0.0:
+        for j in range(min(k, len(top))):
+            if top[j] < p_min:
+                return j, j + 1
+    return k, k
+
+
+def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController | None, costs: Costs,
                     rng: random.Random, noise: float, max_tokens: int = MAX_TOKENS) -> float:
     """Seconds the generation takes under `policy` (the first token, from the prefill, excluded)."""
     prompt, reply, accepted_at = trace["prompt"], trace["reply"], trace["model_accepted"]
+    tops = trace.get("model_top")
+    recorded = int(trace.get("k_max", 8))  # traces recorded before --k-max scored 8
+    if policy.draft_max > recorded:
+        sys.exit(f"error: the traces score {recorded} draft tokens a position; record with --k-max {policy.draft_max}")
+    if policy.p_min and tops is None:
+        sys.exit("error: these traces have no draft probabilities; record them again for --draft-p-min")
     end = min(max_tokens, len(reply))
     hist, gen, seconds = prompt + reply[:1], 1, 0.0
     lookup = LookupDrafter()
@@ -119,37 +203,37 @@ def simulate_prompt(trace: dict[str, Any], policy: str, ctl: DraftController | N
     while gen < end:
         at = len(hist) - len(prompt)  # the reply's index of the next token
         remaining = end - gen
-        k_max = min(K_MAX, remaining - 1)
+        k_max = min(policy.draft_max, remaining - 1)
         jitter = math.exp(rng.gauss(0.0, noise)) if noise else 1.0
-        proposal = lookup.propose(hist, draft_len=k_max) if policy == "default" and k_max > 0 else None
+        proposal = lookup.propose(hist, draft_len=k_max) if policy.kind == "default" and k_max > 0 else None
         choice: Choice | None = None
-        if k_max > 0 and policy.startswith("K"):
-            choice = Choice(MODEL, min(int(policy[1:]), k_max))
+        if k_max > 0 and policy.kind == "fixed":
+            choice = Choice(MODEL, k_max)
         elif k_max > 0 and ctl is not None:
             cands = [Candidate(MODEL, kv_shared=True)]
             if proposal is not None and proposal.tokens:
                 cands.append(Candidate("lookup", free=True, match_len=len(proposal.tokens), grade=proposal.grade))
-            choice = ctl.choose(drafters=cands, draft_max=k_max, allow_none=policy != "always", remaining=remaining)
+            choice = ctl.choose(drafters=cands, draft_max=k_max, allow_none=policy.kind != "always", remaining=remaining)
         k = choice.draft_len if choice is not None and choice.drafter is not None else 0
-        draft_s = 0.0
+        draft_s, calls = 0.0, 0
         if k and choice is not None and choice.drafter == MODEL:
+            k, calls = _drafted(tops[at] if tops is not None else [], k, policy.p_min)
             accepted = min(k, accepted_at[at])
-            draft_s = (costs.f + (k - 1) * costs.b) * jitter
+            draft_s = (costs.f + (calls - 1) * costs.b) * jitter
         elif k and proposal is not None:
             accepted = common_prefix(proposal.tokens[:k], reply[at:])
         else:
             accepted = 0
         round_s = (costs.verify_s(k) + costs.python) * jitter + draft_s
         emitted = accepted + 1
-        if ctl is not None and choice is not None and not policy.startswith("K"):
+        if ctl is not None and choice is not None:
             scored = {}
             if proposal is not None and proposal.tokens and choice.drafter != "lookup":
                 scored["lookup"] = Scored(len(proposal.tokens), common_prefix(proposal.tokens, reply[at:at + emitted]),
                                           proposal.grade)
             ctl.observe(choice=choice, drafted=k, accepted=accepted, emitted=emitted, round_s=round_s, draft_s=draft_s,
                         free=choice.drafter == "lookup", scored=scored,
-                        draft_first_s=costs.f * jitter if k and choice.drafter == MODEL else None,
-                        draft_calls=k if choice.drafter == MODEL else 0)
+                        draft_first_s=costs.f * jitter if calls else None, draft_calls=calls)
         take = min(emitted, end - gen)
         hist += reply[at:at + take]
         gen += take
@@ -157,32 +241,41 @@ def simulate_prompt(trace: dict[str, Any], policy: str, ctl: DraftController | N
     return seconds
 
 
-def simulate(path: Path, bench: Path, noise: float, seeds: int) -> None:
+def simulate(path: Path, bench: Path, noise: float, seeds: int, policies: tuple[Policy, ...], *,
+             loop_costs: bool = False) -> None:
     traces = json.loads(path.read_text())
     costs = Costs(json.loads(bench.read_text())["micro"])
+    if loop_costs:
+        runs = bench.parent / "runs.csv"
+        if not runs.is_file():
+            sys.exit(f"error: {runs} does not exist; --loop-costs reads the bench's runs")
+        with runs.open(newline="") as f:
+            draft = next(k for k, v in json.loads(bench.read_text())["micro"]["draft_step_s"].items() if v)
+            costs = Costs.from_runs(list(csv.DictReader(f)), draft)
     cell = {pid: f"{'held-out' if t['set'] == 'heldout' else 'tuned'} {t['category']}" for pid, t in traces.items()}
-    speedups: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    speedups: dict[tuple[Policy, str], list[float]] = collections.defaultdict(list)
     for seed in range(seeds):
         rng = random.Random(seed)
-        ctls = {p: DraftController() for p in POLICIES if not p.startswith("K")}  # one per policy, kept across prompts
+        ctls = {p: DraftController() for p in policies if p.kind != "fixed"}  # one per policy, kept across prompts
         for _ in range(2):  # the bench's two repeats, in its order
             for pid, t in traces.items():
                 alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * (costs.a + costs.python)
-                for policy in POLICIES:
+                for policy in policies:
                     seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise)
                     speedups[(policy, pid)].append(alone / seconds)
     cells = sorted(set(cell.values()))
 
     def per_cell(f) -> str:
         return " | ".join(f"{st.median(f(i) for i in cell if cell[i] == c):.3f}" for c in cells)
-    print(f"costs: target step {costs.a * 1e3:.1f} ms, draft step {costs.b * 1e3:.2f} ms, verify of 9 rows "
+    print(f"costs ({costs.source}): target step {costs.a * 1e3:.1f} ms, draft step {costs.b * 1e3:.2f} ms, verify of 9 rows "
           f"{costs.verify_s(8) * 1e3:.1f} ms; noise {noise} a round; {seeds} seed(s)\n")
     print("| policy | " + " | ".join(cells) + " |\n|---|" + "---:|" * len(cells))
-    for policy in POLICIES:
-        print(f"| {policy} | " + per_cell(lambda i: st.median(speedups[(policy, i)])) + " |")
-    for other in ("always", "K8"):
-        print(f"| default / {other}, per prompt | "
-              + per_cell(lambda i: st.median(speedups[("default", i)]) / st.median(speedups[(other, i)])) + " |")
+    for policy in policies:
+        print(f"| {policy.label} | " + per_cell(lambda i: st.median(speedups[(policy, i)])) + " |")
+    first = policies[0]
+    for other in policies[1:]:
+        print(f"| {first.label} / {other.label}, per prompt | "
+              + per_cell(lambda i: st.median(speedups[(first, i)]) / st.median(speedups[(other, i)])) + " |")
 
 
 def main() -> None:
@@ -191,20 +284,27 @@ def main() -> None:
     r = sub.add_parser("record", help="record acceptance traces of the default pair")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
+    r.add_argument("--k-max", type=int, default=K_MAX, help="the most draft tokens scored from each position")
     s = sub.add_parser("simulate", help="replay the traces through the controller")
     s.add_argument("traces", type=Path)
     s.add_argument("--bench", type=Path, default=Path("docs/bench/epyc-first/bench.json"),
                    help="a bench.json whose measured costs price the rounds")
     s.add_argument("--noise", type=float, default=0.0, help="sd of a round's log-normal time noise (0: none)")
     s.add_argument("--seeds", type=int, default=1)
+    s.add_argument("--loop-costs", action="store_true",
+                   help="price rounds with the costs the bench's runs measured (runs.csv beside --bench), not its micro block")
+    s.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
+                   help="configurations to replay, the first against each other: default|model|always[:DRAFT_MAX"
+                        "[:P_MIN]] or K<N> (default: %(default)s)")
     args = ap.parse_args()
     if args.cmd == "record":
-        record(args.out, args.max_tokens)
+        record(args.out, args.max_tokens, args.k_max)
     else:
         for p in (args.traces, args.bench):
             if not p.is_file():
                 sys.exit(f"error: {p} does not exist; record traces first, or pass --bench FILE")
-        simulate(args.traces, args.bench, args.noise, args.seeds)
+        simulate(args.traces, args.bench, args.noise, args.seeds, tuple(Policy.parse(p) for p in args.policies),
+                 loop_costs=args.loop_costs)
 
 
 if __name__ == "__main__":

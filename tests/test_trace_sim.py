@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,10 @@ from ggufspec.control import DraftController
 _spec = importlib.util.spec_from_file_location("trace_sim", Path(__file__).parents[1] / "scripts" / "trace_sim.py")
 assert _spec is not None and _spec.loader is not None
 trace_sim = importlib.util.module_from_spec(_spec)
+sys.modules["trace_sim"] = trace_sim  # its dataclass looks its module up while the module runs
 _spec.loader.exec_module(trace_sim)
 
+DEFAULT8 = trace_sim.Policy("default", 8)  # the traces below score 8 draft tokens a position
 COSTS = trace_sim.Costs({"target_step_s": 0.03, "verify_s": {"0": 0.03, "1": 0.033, "2": 0.035, "4": 0.04, "8": 0.05},
                          "draft_step_s": {"Q4_1": 0.01, "lookup": 0.0}})
 
@@ -22,13 +25,14 @@ COSTS = trace_sim.Costs({"target_step_s": 0.03, "verify_s": {"0": 0.03, "1": 0.0
 def _trace(reply_len: int, accepted: int) -> dict:
     prompt = list(range(100, 110))
     reply = [200 + i for i in range(reply_len)]  # no n-gram recurs: lookup never proposes
-    return {"set": "tuned", "category": "chat", "prompt": prompt, "reply": reply, "model_accepted": [accepted] * reply_len}
+    return {"set": "tuned", "category": "chat", "prompt": prompt, "reply": reply, "model_accepted": [accepted] * reply_len,
+            "k_max": 8}
 
 
 def test_fixed_k_rounds_are_priced_as_measured() -> None:
     # 40 tokens: the first from the prefill, then 4 rounds of K = 8 all kept (9 tokens each) and
     # one of K = 2 (3 tokens left: K + 1 <= what remains)
-    seconds = trace_sim.simulate_prompt(_trace(40, 8), "K8", None, COSTS, random.Random(0), 0.0)
+    seconds = trace_sim.simulate_prompt(_trace(40, 8), trace_sim.Policy("fixed", 8), None, COSTS, random.Random(0), 0.0)
     round8 = COSTS.verify_s(8) + COSTS.python + COSTS.f + 7 * COSTS.b
     round2 = COSTS.verify_s(2) + COSTS.python + COSTS.f + COSTS.b
     assert seconds == pytest.approx(4 * round8 + round2)
@@ -37,8 +41,17 @@ def test_fixed_k_rounds_are_priced_as_measured() -> None:
 def test_the_controller_drafts_where_drafts_are_kept_and_not_where_they_are_not() -> None:
     alone = 127 * (COSTS.a + COSTS.python)
     ctl = DraftController()
-    kept = [trace_sim.simulate_prompt(_trace(128, 8), "default", ctl, COSTS, random.Random(0), 0.0) for _ in range(3)]
+    kept = [trace_sim.simulate_prompt(_trace(128, 8), DEFAULT8, ctl, COSTS, random.Random(0), 0.0) for _ in range(3)]
     assert alone / kept[-1] > 1.5  # 9 tokens for about 2.7 target steps a round
     ctl = DraftController()
-    rejected = [trace_sim.simulate_prompt(_trace(128, 0), "default", ctl, COSTS, random.Random(0), 0.0) for _ in range(3)]
+    rejected = [trace_sim.simulate_prompt(_trace(128, 0), DEFAULT8, ctl, COSTS, random.Random(0), 0.0) for _ in range(3)]
     assert alone / rejected[-1] > 0.95  # settles on the target alone, retries aside (always-draft: 0.63)
+
+
+def test_the_confidence_stop_drafts_up_to_the_first_unsure_token() -> None:
+    top = [0.9, 0.8, 0.2, 0.95]  # the draft's top probability at each drafted position
+    assert trace_sim._drafted(top, 8, 0.0) == (8, 8)  # no stop: K tokens, K decode calls
+    assert trace_sim._drafted(top, 8, 0.5) == (2, 3)  # the third call shows p < 0.5: two proposed
+    assert trace_sim._drafted(top, 2, 0.5) == (2, 2)
+    assert trace_sim.Policy.parse("default:12:0.3") == trace_sim.Policy("default", 12, 0.3)
+    assert trace_sim.Policy.parse("K8") == trace_sim.Policy("fixed", 8)
