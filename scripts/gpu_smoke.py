@@ -5,7 +5,8 @@
 On the one GPU tried so far (an H200, CUDA 13: docs/gpu.md) `ggufspec run` crashed inside the model
 load, where llama-cpp-python's own load of the same file ran, and every crashing path had first
 listed llama.cpp's devices. The steps below separate those: llama-cpp-python alone, ggufspec's
-load, the device listing before a plain load and before ggufspec's, then `ggufspec run`.
+load, the device listing before a plain load and before ggufspec's, each of the listing's two
+effects alone before a plain load, then `ggufspec run`.
 
     python scripts/gpu_smoke.py                    # the embedded Q4_1 draft, all layers offloaded
     python scripts/gpu_smoke.py model.gguf --ngl 0
@@ -49,6 +50,30 @@ from ggufspec.llama.model import Model
 from ggufspec.settings import ModelSettings
 print([d.name for d in devices.list_devices()])
 print("n_vocab", Model(MODEL, settings=ModelSettings(n_gpu_layers=NGL)).n_vocab)
+"""),
+    # the two things listing the devices does, apart: promote libggml to the global symbol scope
+    # (ggufspec.llama.devices opens it RTLD_NOLOAD | RTLD_GLOBAL), and ask each device its memory
+    ("libggml made global, then llama-cpp-python load", """
+import ctypes, os
+import llama_cpp as l
+l.llama_backend_init()
+ctypes.CDLL("libggml.so.0", mode=os.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
+p = l.llama_model_default_params(); p.n_gpu_layers = NGL
+print("loaded" if l.llama_model_load_from_file(MODEL.encode(), p) else "load failed")
+"""),
+    ("device memory asked, then llama-cpp-python load", """
+import ctypes, os
+import llama_cpp as l
+l.llama_backend_init()
+g = ctypes.CDLL("libggml.so.0", mode=os.RTLD_NOLOAD)
+g.ggml_backend_dev_get.restype = ctypes.c_void_p
+g.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+g.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+free, total = ctypes.c_size_t(), ctypes.c_size_t()
+for i in range(g.ggml_backend_dev_count()):
+    g.ggml_backend_dev_memory(g.ggml_backend_dev_get(i), ctypes.byref(free), ctypes.byref(total))
+p = l.llama_model_default_params(); p.n_gpu_layers = NGL
+print("loaded" if l.llama_model_load_from_file(MODEL.encode(), p) else "load failed")
 """),
     ("ggufspec run --compare", """
 import sys
