@@ -33,13 +33,13 @@ def test_fixed_k_rounds_are_priced_as_measured() -> None:
     # 40 tokens: the first from the prefill, then 4 rounds of K = 8 all kept (9 tokens each) and
     # one of K = 2 (3 tokens left: K + 1 <= what remains)
     seconds = trace_sim.simulate_prompt(_trace(40, 8), trace_sim.Policy("fixed", 8), None, COSTS, random.Random(0), 0.0)
-    round8 = COSTS.verify_s(8) + COSTS.python + COSTS.f + 7 * COSTS.b
-    round2 = COSTS.verify_s(2) + COSTS.python + COSTS.f + COSTS.b
+    round8 = COSTS.verify_s(8) + COSTS.python_s(8) + COSTS.f + 7 * COSTS.b
+    round2 = COSTS.verify_s(2) + COSTS.python_s(2) + COSTS.f + COSTS.b
     assert seconds == pytest.approx(4 * round8 + round2)
 
 
 def test_the_controller_drafts_where_drafts_are_kept_and_not_where_they_are_not() -> None:
-    alone = 127 * (COSTS.a + COSTS.python)
+    alone = 127 * (COSTS.a + COSTS.python_s(0))
     ctl = DraftController()
     kept = [trace_sim.simulate_prompt(_trace(128, 8), DEFAULT8, ctl, COSTS, random.Random(0), 0.0) for _ in range(3)]
     assert alone / kept[-1] > 1.5  # 9 tokens for about 2.7 target steps a round
