@@ -115,29 +115,30 @@ class Costs:
     def from_runs(cls, rows: list[dict[str, str]], draft: str) -> Costs:
         """The loop's own costs in a bench's runs.csv: a the target alone's verify seconds a round,
         V(K) the fixed-K runs' (`draft` K=k), b their draft seconds a drafted token once the first
-        call's import is taken off. On the 2-core EPYC (docs/bench/epyc-first) they read a = 36.5
-        ms, V(8) = 71.4 ms, b = 12.5 ms against the micro block's 33.9, 57.7 and 9.8 ms."""
-        def per_round(config: str, col: str) -> tuple[float, float, float]:
+        call's import is taken off, and our Python a round as a line in the drafted tokens. On the
+        2-core EPYC (docs/bench/epyc-first) they read a = 36.5 ms, V(8) = 71.4 ms, b = 12.5 ms
+        against the micro block's 33.9, 57.7 and 9.8 ms, and Python 0.22 ms + 0.2 ms a draft."""
+        def per_round(config: str, col: str) -> tuple[float, float]:
+            """(`col` seconds, drafted tokens) a round of `config`."""
             ok = [r for r in rows if r["config"] == config and not r["error"] and int(r["rounds"] or 0)]
             if not ok:
                 sys.exit(f"error: no runs of {config!r} in the bench's runs.csv")
             n = sum(int(r["rounds"]) for r in ok)
-            return sum(float(r[col]) for r in ok) / n, sum(int(r["drafted"]) for r in ok) / n, n
-        costs = cls({"target_step_s": per_round("target alone", "verify_s")[0],
-                     "verify_s": {"0": per_round("target alone", "verify_s")[0]}, "draft_step_s": {draft: 1.0}})
+            return sum(float(r[col]) for r in ok) / n, sum(int(r["drafted"]) for r in ok) / n
+        a = per_round("target alone", "verify_s")[0]
+        costs = cls({"target_step_s": a, "verify_s": {"0": a}, "draft_step_s": {draft: 1.0}})  # b set below
         fixed = sorted(int(c.rsplit("=", 1)[1]) for c in {r["config"] for r in rows} if c.startswith(f"{draft} K="))
         if len(fixed) < 2:
             sys.exit(f"error: the bench ran fewer than two fixed K of {draft}; run it with --sweep-k")
         for k in fixed:
             costs.verify[k] = per_round(f"{draft} K={k}", "verify_s")[0]
-        draft_s, drafted, _ = per_round(f"{draft} K={fixed[-1]}", "draft_s")
+        draft_s, drafted = per_round(f"{draft} K={fixed[-1]}", "draft_s")
         costs.b = (draft_s - FIRST_CALL_S) / drafted
         costs.f = costs.b + FIRST_CALL_S
-        # the Python line through (drafted a round, overhead a round) of the target alone and each fixed K
-        pts = [per_round("target alone", "overhead_s")[:2]] + [per_round(f"{draft} K={k}", "overhead_s")[:2] for k in fixed]
-        mx, my = st.fmean(x for _, x in pts), st.fmean(y for y, _ in pts)
-        costs.python1 = (sum((x - mx) * (y - my) for y, x in pts) / sum((x - mx) ** 2 for _, x in pts))
-        costs.python0 = my - costs.python1 * mx
+        # Python = python0 + python1 * drafted: least squares over the target alone and each fixed K
+        pts = [per_round(c, "overhead_s") for c in ("target alone", *(f"{draft} K={k}" for k in fixed))]
+        fit = st.linear_regression([d for _, d in pts], [o for o, _ in pts])
+        costs.python0, costs.python1 = fit.intercept, fit.slope
         costs.source = f"{draft} runs"
         return costs
 
@@ -166,8 +167,7 @@ class Policy:
 
     @property
     def label(self) -> str:
-        name = {"default": "default", "model": "model", "always": "always"}.get(self.kind, "K")
-        text = f"K{self.draft_max}" if self.kind == "fixed" else f"{name}<={self.draft_max}"
+        text = f"K{self.draft_max}" if self.kind == "fixed" else f"{self.kind}<={self.draft_max}"
         return text + (f" p{self.p_min:g}" if self.p_min else "")
 
     @classmethod

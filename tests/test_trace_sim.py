@@ -55,3 +55,17 @@ def test_the_confidence_stop_drafts_up_to_the_first_unsure_token() -> None:
     assert trace_sim._drafted(top, 2, 0.5) == (2, 2)
     assert trace_sim.Policy.parse("default:12:0.3") == trace_sim.Policy("default", 12, 0.3)
     assert trace_sim.Policy.parse("K8") == trace_sim.Policy("fixed", 8)
+
+
+def test_loop_costs_come_from_the_bench_runs() -> None:
+    def row(config: str, rounds: int, drafted: int, verify: float, draft: float, overhead: float) -> dict:
+        return {"config": config, "error": "", "rounds": str(rounds), "drafted": str(drafted),
+                "verify_s": str(verify), "draft_s": str(draft), "overhead_s": str(overhead)}
+    rows = [row("target alone", 100, 0, 3.6, 0.0, 0.02),  # a = 36 ms, Python 0.2 ms a round
+            row("Q4_1 K=4", 10, 40, 0.5, 0.0049 * 10 + 0.012 * 40, 0.01),  # V(4) = 50 ms, 1 ms a round
+            row("Q4_1 K=8", 10, 80, 0.7, 0.0049 * 10 + 0.012 * 80, 0.018)]  # V(8) = 70 ms, 1.8 ms a round
+    c = trace_sim.Costs.from_runs(rows, "Q4_1")
+    assert (c.a, c.verify_s(0), c.verify_s(4), c.verify_s(8)) == pytest.approx((0.036, 0.036, 0.05, 0.07))
+    assert c.verify_s(12) == pytest.approx(0.09)  # the last two points' line, extended
+    assert c.b == pytest.approx(0.012) and c.f == pytest.approx(0.012 + trace_sim.FIRST_CALL_S)
+    assert (c.python_s(0), c.python_s(8)) == pytest.approx((0.0002, 0.0018))
