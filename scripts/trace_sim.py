@@ -14,7 +14,7 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
               costs (`micro` in a bench.json: a target step, a verify of K + 1 rows, a draft step;
               the draft's first call 4.9 ms dearer, as measured), with per-round noise if asked.
               Prints each policy's median speedup per prompt set and category (the bench's
-              statistic, two repeats) and the first policy against each other, per prompt
+              statistic, two repeats) and the first policy over each of the others, per prompt
               (`--policies default always:8 K8 default:12:0.3`: kind, draft_max, p_min).
 
 Checked against the real loop: fixed K = 8 over the 58 prompts ran 843 rounds, the simulation
@@ -305,7 +305,7 @@ def main() -> None:
     s.add_argument("--loop-costs", action="store_true",
                    help="price rounds with the costs the bench's runs measured (runs.csv beside --bench), not its micro block")
     s.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
-                   help="configurations to replay, the first against each other: default|model|always[:DRAFT_MAX"
+                   help="configurations to replay, the first compared with each of the others: default|model|always[:DRAFT_MAX"
                         "[:P_MIN]] or K<N> (default: %(default)s)")
     args = ap.parse_args()
     if args.cmd == "record":
