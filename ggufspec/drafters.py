@@ -75,6 +75,12 @@ class Drafter(Protocol):
     def reset(self) -> None: ...
 
 
+def top_probability(logits: np.ndarray, top: int) -> float:
+    """The probability of token `top`, the argmax of `logits`, at temperature 1 (what a greedy
+    draft's --draft-p-min compares): 1 / sum(exp(logits - logits[top]))."""
+    return 1.0 / float(np.exp(logits - logits[top]).sum())
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences.
 
@@ -245,11 +251,8 @@ class ModelDrafter:
                 q_rows.append(q)
             else:
                 tok = int(np.argmax(logits))
-                if draft_p_min > 0.0:
-                    # top probability of the draft at temperature 1 (softmax of the max logit)
-                    top = 1.0 / float(np.exp(logits - logits[tok]).sum())
-                    if top < draft_p_min:
-                        break
+                if draft_p_min > 0.0 and top_probability(logits, tok) < draft_p_min:
+                    break
                 q_rows.append(None)
             tokens.append(tok)
             if len(tokens) == draft_len:

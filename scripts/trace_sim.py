@@ -19,8 +19,10 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
 
 Checked against the real loop: fixed K = 8 over the 58 prompts ran 843 rounds, the simulation
 841 (and 841 with the draft's cache refreshed from the target's every round, the trace's model).
-Its speedups are about 15% above the bench's (the micro costs are timed back to back, at a short
-context; the loop's rounds cost more): use it for differences between policies.
+Priced with the micro costs its speedups are about 15% above the bench's (they are timed back to
+back, at a short context; the loop's rounds cost more); `--loop-costs` prices rounds with what the
+bench's fixed-K runs measured, and then they sit near the bench's. Use it for differences between
+policies.
 
     .venv/bin/python scripts/trace_sim.py record --out traces.json
     .venv/bin/python scripts/trace_sim.py simulate traces.json --bench docs/bench/epyc-first/bench.json
@@ -41,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ggufspec.control import Candidate, Choice, DraftController, Scored
-from ggufspec.drafters import LookupDrafter, common_prefix
+from ggufspec.drafters import LookupDrafter, common_prefix, top_probability
 from ggufspec.settings import DRAFT_MAX
 
 MODEL = "model"
@@ -79,7 +81,7 @@ def record(out: Path, max_tokens: int, k_max: int = K_MAX) -> None:
                         draft.decode([tok], logits="last")
                         logits = draft.logits(-1)
                         tok = int(np.argmax(logits))
-                        top.append(round(1.0 / float(np.exp(logits - logits[tok]).sum()), 4))  # as --draft-p-min reads it
+                        top.append(round(top_probability(logits, tok), 4))
                         if tok != hist[pos + n]:
                             break
                         n += 1
@@ -103,8 +105,8 @@ class Costs:
     def __init__(self, micro: dict[str, Any]) -> None:
         self.a = float(micro["target_step_s"])
         self.verify = {int(k): float(v) for k, v in micro["verify_s"].items()}
-        steps = [v for k, v in micro["draft_step_s"].items() if v]
-        self.b = float(steps[0])
+        # the draft model (lookup's step is 0)
+        self.draft, self.b = next((k, float(v)) for k, v in micro["draft_step_s"].items() if v)
         self.f = self.b + FIRST_CALL_S
         # our Python a round, python0 + python1 * K: in the EPYC's bench runs 0.22 ms for the target
         # alone and 0.2 ms more a drafted token (1.78 ms at K = 8; 3.3 ms at K = 16 measured)
@@ -126,7 +128,7 @@ class Costs:
             n = sum(int(r["rounds"]) for r in ok)
             return sum(float(r[col]) for r in ok) / n, sum(int(r["drafted"]) for r in ok) / n
         a = per_round("target alone", "verify_s")[0]
-        costs = cls({"target_step_s": a, "verify_s": {"0": a}, "draft_step_s": {draft: 1.0}})  # b set below
+        costs = cls({"target_step_s": a, "verify_s": {"0": a}, "draft_step_s": {draft: 1.0}})  # b, f set below
         fixed = sorted(int(c.rsplit("=", 1)[1]) for c in {r["config"] for r in rows} if c.startswith(f"{draft} K="))
         if len(fixed) < 2:
             sys.exit(f"error: the bench ran fewer than two fixed K of {draft}; run it with --sweep-k")
@@ -261,8 +263,7 @@ def simulate(path: Path, bench: Path, noise: float, seeds: int, policies: tuple[
         if not runs.is_file():
             sys.exit(f"error: {runs} does not exist; --loop-costs reads the bench's runs")
         with runs.open(newline="") as f:
-            draft = next(k for k, v in json.loads(bench.read_text())["micro"]["draft_step_s"].items() if v)
-            costs = Costs.from_runs(list(csv.DictReader(f)), draft)
+            costs = Costs.from_runs(list(csv.DictReader(f)), costs.draft)
     cell = {pid: f"{'held-out' if t['set'] == 'heldout' else 'tuned'} {t['category']}" for pid, t in traces.items()}
     speedups: dict[tuple[Policy, str], list[float]] = collections.defaultdict(list)
     for seed in range(seeds):

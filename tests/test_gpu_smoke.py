@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location("gpu_smoke", Path(__file__).parents[1] / "scripts" / "gpu_smoke.py")
-assert _spec is not None and _spec.loader is not None
-gpu_smoke = importlib.util.module_from_spec(_spec)
-sys.modules["gpu_smoke"] = gpu_smoke
-_spec.loader.exec_module(gpu_smoke)
+from script_module import load_script
+
+gpu_smoke = load_script("gpu_smoke")
 
 
 def test_a_crash_is_reported_with_its_signal_and_frame(tiny_target: Path) -> None:

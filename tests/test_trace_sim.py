@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import pytest
+from script_module import load_script
 
 from ggufspec.control import DraftController
 
-_spec = importlib.util.spec_from_file_location("trace_sim", Path(__file__).parents[1] / "scripts" / "trace_sim.py")
-assert _spec is not None and _spec.loader is not None
-trace_sim = importlib.util.module_from_spec(_spec)
-sys.modules["trace_sim"] = trace_sim  # its dataclass looks its module up while the module runs
-_spec.loader.exec_module(trace_sim)
+trace_sim = load_script("trace_sim")
 
 DEFAULT8 = trace_sim.Policy("default", 8)  # the traces below score 8 draft tokens a position
 COSTS = trace_sim.Costs({"target_step_s": 0.03, "verify_s": {"0": 0.03, "1": 0.033, "2": 0.035, "4": 0.04, "8": 0.05},
