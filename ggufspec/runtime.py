@@ -160,6 +160,8 @@ class SpeculativePair:
     # settings.parallel > 1: serializes every llama.cpp call of the multi-sequence contexts
     _llama_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _slots: list[Slot] | None = field(default=None, repr=False)
+    # contexts made by `fork`, closed with the pair (before the models they run on)
+    _forks: list[Any] = field(default_factory=list, repr=False)
 
     def draft_name(self, drafter: Drafter | None) -> str:
         """"none", "lookup" or the draft model's path."""
@@ -344,12 +346,43 @@ class SpeculativePair:
         self._slots = slots
         return slots
 
+    def fork(self, drafters: Sequence[Drafter]) -> tuple[Context, tuple[Drafter, ...]]:
+        """A fresh target context on the loaded target model, and a fresh copy of each of
+        `drafters` (the pair's; model drafters get a context on their loaded model, taking the
+        new target's KV cache where the original takes the pair's): a second generation that
+        runs beside the pair's own without touching its caches. Weights are shared, not loaded
+        again; what a fork costs is its KV caches and compute buffers. The bench runs its
+        configurations in lockstep on forks (ggufspec.bench.lockstep). Closed with the pair."""
+        from ggufspec.llama.context import Context
+
+        if self.settings.parallel > 1:
+            raise RuntimeError("fork needs a pair with parallel == 1")
+        target = Context(self.target_model, settings=self.target_ctx.settings)
+        target.warmup()
+        self._forks.append(target)
+        copies: list[Drafter] = []
+        for d in drafters:
+            if isinstance(d, LookupDrafter):
+                copies.append(LookupDrafter(self.settings.lookup))
+                continue
+            entry = self._drafters.get(id(d))
+            if not isinstance(d, ModelDrafter) or entry is None or entry[2] is None:
+                raise ValueError(f"drafter {d.name!r} is not one this pair loaded")
+            ctx = Context(entry[2], settings=d.ctx.settings)  # type: ignore[attr-defined]
+            ctx.warmup()
+            self._forks.append(ctx)
+            copies.append(ModelDrafter(ctx, name=d.name, kv_source=target if d.kv_source is not None else None))
+        return target, tuple(copies)
+
     def _all_drafters(self) -> list[Drafter]:
         drafters = [entry[0] for entry in self._drafters.values()]
         drafters += [d for d in self.drafters if all(d is not e for e in drafters)]
         return drafters
 
     def close(self) -> None:
+        for ctx in self._forks:
+            ctx.close()
+        self._forks.clear()
         for _, _, model, ctx in self._drafters.values():
             for obj in (ctx, model):
                 if obj is not None:

@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import json
 import math
+import time
 import stat
 from pathlib import Path
 
@@ -164,17 +165,28 @@ def _tiny_prompts(tmp_path: Path) -> Path:
     return f
 
 
-def test_bench_library_on_tiny_models(tmp_path: Path, tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
+@pytest.mark.parametrize("lockstep", [True, False])
+def test_bench_library_on_tiny_models(tmp_path: Path, tiny_target_q8: Path, tiny_draft_q8: Path, lockstep: bool) -> None:
     native = _fake_native(tmp_path / "native")
     plan = bench.make_plan(
         prompts=bench.load_prompts(_tiny_prompts(tmp_path)), target=str(tiny_target_q8),
         drafts=[bench.DraftSpec(label="q8", ref=str(tiny_draft_q8)), bench.DraftSpec(label="lookup", ref="lookup")],
         k_values=(1, 3), default_k=4, temperature=0.8, repeats=1, max_tokens=12, n_ctx=512, n_threads=1,
-        native=native, native_k=(2,), llama_cpp_peer=False, sweep_all_drafts=False,
+        native=native, native_k=(2,), llama_cpp_peer=False, sweep_all_drafts=False, lockstep=lockstep,
     )
     seen: list[tuple[int, int]] = []
+    t0 = time.perf_counter()
     result = bench.run_bench(plan, progress=lambda label, done, total: seen.append((done, total)))
+    wall = time.perf_counter() - t0
     assert seen[-1][0] == seen[-1][1] == bench.count_runs(plan)
+    ours = [r for r in result.runs if r.engine == "ggufspec"]
+    # one run of each of our configurations per prompt (lockstep runs a repeated baseline once)
+    assert sorted(r.config for r in ours if r.prompt_id == "s1") == sorted(
+        {c.name for c in plan.configs if c.engine == "ggufspec"}) or not lockstep
+    # each run is charged its own steps only: together they fit in the bench's wall time, and
+    # the draft and verify seconds a run measured of itself fit in its own
+    assert sum(r.gen_s for r in ours) < wall
+    assert all(r.draft_s + r.verify_s <= r.gen_s * 1.001 + 1e-4 for r in ours)
     assert all(r.error is None for r in result.runs), [r.error for r in result.runs if r.error]
     s = result.summary
     # greedy speculative output is the target alone's, token for token (Q8_0 is batch-invariant)

@@ -72,3 +72,22 @@ def test_the_interval_is_ordered_and_within_the_draws_range(seed: int, gain: flo
     per = lambda c: [x / y for p in s[c] for x in s[c][p] for y in s["target alone"][p]]  # noqa: E731
     d_lo, d_hi, r_lo, r_hi = min(per("d")), max(per("d")), min(per("K=8")), max(per("K=8"))
     assert d_lo / max(1.0, r_hi) - 1e-9 <= lo and hi <= d_hi / max(1.0, r_lo) + 1e-9
+
+
+def test_paired_draws_cancel_the_noise_a_lockstep_block_shares() -> None:
+    """Runs of one block share its slow or fast seconds (10% a block, 0.5% a run, as measured in
+    lockstep): drawn block by block the interval is the per-run noise's (about 1% wide), drawn
+    run by run it is the shared noise's (over 5% wide); a repeat a rival missed is left out."""
+    rng = np.random.default_rng(7)
+    s = _samples(rng, prompts=7, repeats=2, speedups={"d": 1.6, "K=8": 1.6}, noise=0.005)
+    shared = 1 + 0.1 * rng.standard_normal((7, 2))
+    for cfg in s.values():
+        for j, p in enumerate(cfg):
+            cfg[p] = [x * shared[j, i] for i, x in enumerate(cfg[p])]
+    kw = dict(default="d", rivals=["K=8"], baseline="target alone", prompts=list(s["d"]))
+    lo, hi = ratio_interval(s, **kw, paired=True)
+    assert lo < 1.0 < hi and hi - lo < 0.015
+    lo_u, hi_u = ratio_interval(s, **kw)
+    assert hi_u - lo_u > max(0.05, 5 * (hi - lo))
+    s["K=8"]["p0"][1] = 0.0  # repeat 1 of p0 failed for a rival: p0's draws use repeat 0 alone
+    assert ratio_interval(s, **kw, paired=True) is not None

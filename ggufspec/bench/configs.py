@@ -74,6 +74,9 @@ class BenchPlan:
     llama_bench: bool = True
     microbench: bool = True
     slow_peer_prompts: int = 3  # transformers (~10x slower) runs on this many prompts, first repeat only
+    # our configurations of a (repeat, prompt) block run in lockstep, each on its own contexts
+    # (ggufspec.bench.lockstep); False (--sequential): one after the other on the pair's contexts
+    lockstep: bool = True
 
 
 def make_plan(
@@ -99,6 +102,7 @@ def make_plan(
     microbench: bool = True,
     quick: bool = False,
     seed: int = 1234,
+    lockstep: bool = True,
 ) -> BenchPlan:
     """Build the configurations to run.
 
@@ -115,6 +119,8 @@ def make_plan(
         native: the directory of llama.cpp's native binaries, True to look in the cache,
             False/None to skip the native peers.
         native_k: K values for llama-speculative-simple (default: k_values).
+        lockstep: run our configurations of each (repeat, prompt) block in lockstep (see
+            ggufspec.bench.lockstep); False: one after the other.
 
     Raises:
         UserError: bad K values, repeats, token counts.
@@ -192,7 +198,7 @@ def make_plan(
         configs=tuple(configs), default_config=default_name, repeats=repeats, max_tokens=max_tokens,
         temperature=temperature, n_ctx=n_ctx, n_threads=n_threads, draft_kv=draft_kv, seed=seed, quick=quick,
         native_bin=native_bin, native_requested=bool(native), llama_bench=llama_bench and native_bin is not None,
-        microbench=microbench,
+        microbench=microbench, lockstep=lockstep,
     )
 
 

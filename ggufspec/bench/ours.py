@@ -30,6 +30,8 @@ class Ours:
         # one controller per configuration, kept across its prompts: what a user running that
         # configuration would have (shared, one configuration's rounds would steer another's)
         self.controllers: dict[str, Any] = {}
+        # per configuration, its own target context and drafters (lockstep runs; `start(fork=True)`)
+        self.lanes: dict[str, tuple[Any, tuple]] = {}
         self.paths: dict[str, Path] = {d.label: Path(self.pair.draft_name(self.drafters[d.label]))
                                        for d in plan.drafts if d.ref != LOOKUP}
         self.tokens: dict[str, list[int]] = {}
@@ -54,15 +56,17 @@ class Ours:
             bos_token=m.special_text(m.bos), eos_token=m.special_text(m.eos),
         )
 
-    def run(self, cfg: Config, prompt: BenchPrompt, seed: int):
-        """One generation; (the finished generation, the number of rounds that rejected)."""
+    def start(self, cfg: Config, prompt: BenchPrompt, seed: int, *, fork: bool = False):
+        """One generation, not yet run. fork: on the configuration's own contexts (made on its
+        first use, `SpeculativePair.fork`), so that it can run beside the others (lockstep)."""
         from ggufspec.acceptance import AcceptRule
+        from ggufspec.control import DraftController
         from ggufspec.drafters import DraftLengthSettings
-        from ggufspec.engine import Source, SpeculativeSettings
+        from ggufspec.engine import SpeculativeSettings, generate
         from ggufspec.sampling import SamplingSettings
 
         sampling = SamplingSettings(temperature=cfg.temperature, seed=seed)
-        drafters: tuple = ()
+        labels = [] if cfg.is_baseline else cfg.draft.split("+")  # "Q4_1+lookup": both
         if cfg.is_baseline:
             spec = SpeculativeSettings()
         else:
@@ -70,18 +74,24 @@ class Ours:
                 accept=None if cfg.accept == "greedy" else AcceptRule.parse(cfg.accept),
                 length=DraftLengthSettings(draft_max=cfg.draft_max, fixed=cfg.fixed, always_draft=cfg.always_draft),
             )
-            drafters = tuple(self.drafters[label] for label in cfg.draft.split("+"))  # "Q4_1+lookup": both
-        from ggufspec.control import DraftController
-
+        if fork:
+            if cfg.name not in self.lanes:
+                target, copies = self.pair.fork([self.drafters[label] for label in labels])
+                self.lanes[cfg.name] = (target, copies)
+            target, drafters = self.lanes[cfg.name]
+        else:
+            target, drafters = self.pair.target_ctx, tuple(self.drafters[label] for label in labels)
         controller = self.controllers.setdefault(cfg.name, DraftController())
-        gen = self.pair.generate(
-            prompt_tokens=self.tokens[prompt.id], drafters=drafters, max_tokens=self.plan.max_tokens,
+        return generate(
+            target=target, prompt=self.tokens[prompt.id], drafters=drafters, max_tokens=self.plan.max_tokens,
             sampling=sampling, speculative=spec, cache_prompt=False,  # every run prefills cold
             controller=controller,
-        ).run()
-        # a round that rejected ends with the target's correction token
-        rejections = sum(1 for s in gen.sources if s is Source.CORRECTION)
-        return gen, rejections
+        )
+
+    def run(self, cfg: Config, prompt: BenchPrompt, seed: int):
+        """One generation, run alone; (the finished generation, the number of rounds that rejected)."""
+        gen = self.start(cfg, prompt, seed).run()
+        return gen, rejections(gen)
 
     def micro(self) -> dict:
         """c per draft model and the verify cost of K+1 rows, timed turn about on the first prompt."""
@@ -111,6 +121,13 @@ class Ours:
 
     def close(self) -> None:
         self.pair.close()  # and the drafters it loaded
+
+
+def rejections(gen) -> int:
+    """Rounds of a finished generation that rejected: each ends with the target's correction token."""
+    from ggufspec.engine import Source
+
+    return sum(1 for s in gen.sources if s is Source.CORRECTION)
 
 
 def step_times(

@@ -79,6 +79,7 @@ class BenchResult:
                 "n_ctx": plan.n_ctx,
                 "n_threads": plan.n_threads,
                 "quick": plan.quick,
+                "lockstep": plan.lockstep,
             },
             "summary": self.summary,
             "micro": self.micro,

@@ -1,20 +1,25 @@
 """Running a plan: every configuration on every prompt, `repeats` times, alternated.
 
-Inside every (repeat, prompt) block the target alone runs first (and again halfway in a long
-block) and the other configurations rotate from block to block, so that a slow minute on a
-shared machine hits both sides alike and no configuration always follows the same neighbour.
+By default (`plan.lockstep`) our configurations of a (repeat, prompt) block run in lockstep,
+each on its own contexts, a round at a time (ggufspec.bench.lockstep): a slow second on a shared
+machine costs all of them alike. The peers (other programs and libraries) run after them, one
+at a time. Sequential (`--sequential`): inside every block the target alone runs first (and again
+halfway in a long block) and the other configurations rotate from block to block, so that no
+configuration always follows the same neighbour.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ggufspec.bench.configs import BenchPlan, Config
+from ggufspec.bench.lockstep import interleave
 from ggufspec.bench.machine import load_now, machine_info
-from ggufspec.bench.ours import Ours
+from ggufspec.bench.ours import Ours, rejections
 from ggufspec.bench.peers import LlamaCppPython, Transformers, native_dir, run_llama_bench, run_native_speculative, transformers_available
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.bench.results import BenchResult, RunRecord
@@ -153,7 +158,16 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
                 done += 1
             for pi, prompt in enumerate(plan.prompts):
                 for group in _blocks(plan):
-                    for cfg in _block_order(group, r * len(plan.prompts) + pi):
+                    block = _block_order(group, r * len(plan.prompts) + pi)
+                    if plan.lockstep:
+                        ours_cfgs = list({c.name: c for c in block if c.engine == "ggufspec"}.values())
+                        tick(f"{len(ours_cfgs)} configurations in lockstep · {prompt.id} · repeat {r + 1}/{plan.repeats}")
+                        runs.extend(_run_lockstep(eng, ours_cfgs, prompt, repeat=r, prompt_index=pi, order=order))
+                        n_ours = sum(1 for c in block if c.engine == "ggufspec")  # count_runs counts a repeated baseline
+                        done += n_ours
+                        order += n_ours
+                        block = [c for c in block if c.engine != "ggufspec"]
+                    for cfg in block:
                         tick(f"{cfg.name} · {prompt.id} · repeat {r + 1}/{plan.repeats}")
                         if cfg.engine == "transformers" and (r > 0 or pi >= plan.slow_peer_prompts):
                             continue  # count_runs leaves these out too
@@ -175,31 +189,56 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
         ours.close()
 
 
+def _base(eng: _Engines, cfg: Config, prompt: BenchPrompt, *, repeat: int, order: int) -> dict:
+    """The fields of a run's record that the configuration and prompt decide."""
+    return dict(
+        config=cfg.name, engine=cfg.engine, draft=cfg.draft, k=cfg.draft_max, adaptive=(not cfg.fixed), accept=cfg.accept,
+        temperature=cfg.temperature, prompt_id=prompt.id, category=prompt.category, repeat=repeat, order=order,
+        prompt_tokens=len(eng.ours.tokens[prompt.id]),
+    )
+
+
+def _ours_record(eng: _Engines, cfg: Config, gen: Any, s: Any, base: dict) -> RunRecord:
+    """The record of one of our generations, finished, with its stats `s`."""
+    identical = None
+    if cfg.temperature == 0:
+        if cfg.is_baseline:
+            eng.baseline_tokens.setdefault(base["prompt_id"], list(gen.tokens))
+        ref = eng.baseline_tokens.get(base["prompt_id"])
+        identical = ref == list(gen.tokens) if ref is not None else None
+    return RunRecord(
+        **base, generated_tokens=s.generated_tokens, gen_tps=s.gen_tps, prompt_tps=s.prompt_tps,
+        gen_s=s.gen_s, drafted=s.drafted, accepted=s.accepted, rejections=rejections(gen), rounds=s.rounds,
+        paused_rounds=s.paused_rounds, k_hist=dict(s.k_hist), drafter_rounds=dict(s.drafter_rounds),
+        draft_s=s.draft_s, verify_s=s.verify_s, overhead_s=s.overhead_s, drafted_at=list(s.drafted_at),
+        accepted_at=list(s.accepted_at), stop_reason=s.stop_reason, identical=identical,
+    )
+
+
+def _run_lockstep(eng: _Engines, cfgs: list[Config], prompt: BenchPrompt, *, repeat: int, prompt_index: int,
+                  order: int) -> list[RunRecord]:
+    """Our configurations `cfgs` on `prompt` in lockstep, each on its own contexts; a generation's
+    time after its first token is the time inside its own steps less its prefill."""
+    seed = _seed(eng.plan, prompt_index, repeat)
+    gens = [eng.ours.start(cfg, prompt, seed, fork=True) for cfg in cfgs]
+    busy = interleave(gens)
+    records: dict[str, RunRecord] = {}
+    # the target alone first: the others' `identical` compares with its tokens
+    for i in sorted(range(len(cfgs)), key=lambda i: not cfgs[i].is_baseline):
+        cfg, gen = cfgs[i], gens[i]
+        stats = dataclasses.replace(gen.stats, gen_s=max(0.0, busy[i] - gen.stats.prompt_s))
+        records[cfg.name] = _ours_record(eng, cfg, gen, stats, _base(eng, cfg, prompt, repeat=repeat, order=order + i))
+    return [records[c.name] for c in cfgs]
+
+
 def _run_one(eng: _Engines, cfg: Config, prompt: BenchPrompt, *, repeat: int, prompt_index: int, order: int) -> RunRecord:
     """One run of `cfg` on `prompt`; a peer's failure becomes the record's `error`, not an exception."""
     plan, ours = eng.plan, eng.ours
-    base = dict(
-        config=cfg.name, engine=cfg.engine, draft=cfg.draft, k=cfg.draft_max, adaptive=(not cfg.fixed), accept=cfg.accept,
-        temperature=cfg.temperature, prompt_id=prompt.id, category=prompt.category, repeat=repeat, order=order,
-        prompt_tokens=len(ours.tokens[prompt.id]),
-    )
+    base = _base(eng, cfg, prompt, repeat=repeat, order=order)
     try:
         if cfg.engine == "ggufspec":
-            gen, rejections = ours.run(cfg, prompt, _seed(plan, prompt_index, repeat))
-            s = gen.stats
-            identical = None
-            if cfg.temperature == 0:
-                if cfg.is_baseline:
-                    eng.baseline_tokens.setdefault(prompt.id, list(gen.tokens))
-                ref = eng.baseline_tokens.get(prompt.id)
-                identical = ref == list(gen.tokens) if ref is not None else None
-            return RunRecord(
-                **base, generated_tokens=s.generated_tokens, gen_tps=s.gen_tps, prompt_tps=s.prompt_tps,
-                gen_s=s.gen_s, drafted=s.drafted, accepted=s.accepted, rejections=rejections, rounds=s.rounds,
-                paused_rounds=s.paused_rounds, k_hist=dict(s.k_hist), drafter_rounds=dict(s.drafter_rounds),
-                draft_s=s.draft_s, verify_s=s.verify_s, overhead_s=s.overhead_s, drafted_at=list(s.drafted_at),
-                accepted_at=list(s.accepted_at), stop_reason=s.stop_reason, identical=identical,
-            )
+            gen, _ = ours.run(cfg, prompt, _seed(plan, prompt_index, repeat))
+            return _ours_record(eng, cfg, gen, gen.stats, base)
         if cfg.engine == "native":
             out = run_native_speculative(
                 bin_dir=plan.native_bin, target=ours.pair.target_path, draft=ours.paths[cfg.draft],

@@ -14,7 +14,11 @@ speedup_c = median over the prompts of median(c's tok/s) / median(target alone's
 
     ratio = speedup_default / max(1, max over rivals r of speedup_r)
 
-The interval is the (1 - level) / 2 and (1 + level) / 2 quantiles of the drawn ratios. The
+The interval is the (1 - level) / 2 and (1 + level) / 2 quantiles of the drawn ratios.
+`paired` (a lockstep bench, ggufspec.bench.lockstep): every configuration's runs of one (repeat,
+prompt) block ran side by side and share that block's slow or fast seconds, so a draw resamples
+the blocks, the same repeats for every configuration, instead of each configuration's runs apart
+(which would count the shared noise as if it were each run's own). The
 maximum stays inside each draw, so the interval carries the best-of-n selection too. The prompts
 are not resampled: the question is the run's noise, not other prompts (resampling them too widened
 tuned code's 90% interval from 0.88-1.08 to 0.80-1.11 in the full bench). With 2 repeats a
@@ -33,11 +37,12 @@ Samples = Mapping[str, Mapping[str, Sequence[float]]]  # configuration -> prompt
 
 def ratio_interval(
     samples: Samples, *, default: str, rivals: Sequence[str], baseline: str, prompts: Sequence[str],
-    draws: int = 2000, level: float = 0.9, seed: int = 0,
+    draws: int = 2000, level: float = 0.9, seed: int = 0, paired: bool = False,
 ) -> tuple[float, float] | None:
     """The `level` bootstrap interval of default / max(1, best rival) over `prompts` (see the
     module docstring). Prompts the default or the baseline did not run are left out, and so is a
-    rival missing any of the rest; None when no prompt is left."""
+    rival missing any of the rest; None when no prompt is left. paired: samples[c][p][i] is
+    repeat i's for every configuration c (0: not run), and the repeats are drawn together."""
     if not 0 < level < 1 or draws < 1:
         raise ValueError(f"level must be in (0, 1) and draws >= 1, got {level}, {draws}")
 
@@ -49,11 +54,22 @@ def ratio_interval(
         return None
     rivals = [r for r in rivals if r != default and all(has(r, p) for p in ids)]
     rng = np.random.default_rng(seed)
+    if paired:  # the repeats every configuration ran, per prompt, and one draw of them for all
+        keep = {p: [i for i in range(len(samples[default][p]))
+                    if all(i < len(samples[c][p]) and samples[c][p][i] > 0 for c in (default, baseline, *rivals))]
+                for p in ids}
+        ids = [p for p in ids if keep[p]]
+        if not ids:
+            return None
+        shared = {p: np.asarray(keep[p])[rng.integers(0, len(keep[p]), size=(draws, len(keep[p])))] for p in ids}
 
     def repeat_medians(cfg: str) -> np.ndarray:
         """(draws, P): each prompt's median tok/s over its resampled repeats."""
         out = np.empty((draws, len(ids)))
         for j, p in enumerate(ids):
+            if paired:
+                out[:, j] = np.median(np.asarray(samples[cfg][p], dtype=float)[shared[p]], axis=1)
+                continue
             v = np.asarray([x for x in samples[cfg][p] if x > 0], dtype=float)
             out[:, j] = np.median(v[rng.integers(0, len(v), size=(draws, len(v)))], axis=1)
         return out

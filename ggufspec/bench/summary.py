@@ -152,16 +152,24 @@ def rivals(configs: Sequence[Mapping], default: str) -> list[Mapping]:
 def _add_intervals(vs_best: dict[str, dict[str, Any]], plan: BenchPlan, ok: Sequence[RunRecord],
                    configs: Sequence[Mapping], *, end_to_end: bool = False) -> None:
     """Each cell of `default_vs_best` gets `ratio_low` / `ratio_high`: the 90% bootstrap
-    interval of its ratio over the repeats of the cell's runs (ggufspec.bench.spread)."""
+    interval of its ratio over the repeats of the cell's runs (ggufspec.bench.spread); a lockstep
+    bench's repeats are drawn block by block, the same for every configuration."""
     samples: dict[str, dict[str, list[float]]] = {}
     for r in ok:
         if r.engine == "ggufspec" and r.temperature == 0:
             name = "target alone" if r.draft == BASELINE else r.config
-            samples.setdefault(name, {}).setdefault(r.prompt_id, []).append(_e2e_tps(r) if end_to_end else r.gen_tps)
+            runs = samples.setdefault(name, {}).setdefault(r.prompt_id, [])
+            tps = _e2e_tps(r) if end_to_end else r.gen_tps
+            if plan.lockstep:  # one run per (configuration, prompt, repeat), at index repeat
+                runs.extend([0.0] * (r.repeat + 1 - len(runs)))
+                runs[r.repeat] = tps
+            else:
+                runs.append(tps)
     names = [c["name"] for c in rivals(configs, plan.default_config)]
     for cat, cell in vs_best.items():
         ids = [p.id for p in plan.prompts if cat == "all" or p.category == cat]
-        got = ratio_interval(samples, default=plan.default_config, rivals=names, baseline="target alone", prompts=ids)
+        got = ratio_interval(samples, default=plan.default_config, rivals=names, baseline="target alone", prompts=ids,
+                             paired=plan.lockstep)
         cell["ratio_low"], cell["ratio_high"] = got if got is not None else (None, None)
 
 

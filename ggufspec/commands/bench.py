@@ -79,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--no-peers", action="store_true", help="skip every peer (native, llama-cpp-python, transformers)")
     add_rpc_argument(r)
     add_draft_kv_argument(r)
+    r.add_argument("--sequential", action="store_true",
+                   help="run our configurations one after the other instead of in lockstep (each on its own "
+                        "contexts, a round at a time, so that a slow second on a shared machine costs them alike)")
     r.add_argument("--ctx", type=int, default=2048, metavar="N", help="context size (default 2048)")
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     o = p.add_argument_group("output")
@@ -155,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         n_threads=args.threads, draft_kv=args.draft_kv, sweep_all_drafts=not args.quick, native=native,
         native_k=None, llama_cpp_peer=not args.no_peers,
         transformers_peer=not (args.no_peers or args.no_transformers or args.quick), quick=args.quick, seed=args.seed,
+        lockstep=not args.sequential,
     )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
