@@ -286,3 +286,39 @@ def test_greedy_equals_llama_cpp_pythons_own_loop(tiny_target_q8, tiny_draft_q8)
                 assert spec.text == alone.text == llm.detokenize(shown).decode("utf-8", errors="replace")
     finally:
         llm.close()
+
+
+@pytest.mark.parametrize("own_draft", [False, True])
+def test_forks_generate_beside_the_pair_without_touching_its_caches(tiny_target_q8, tiny_draft_q8, own_draft) -> None:
+    """`SpeculativePair.fork`: a second target context and drafter copies on the loaded weights.
+    Generations on the pair and on a fork, interleaved token by token (as the bench's lockstep
+    runs them), give what each gives alone; the pair's cache holds only its own generation; a
+    draft that takes the target's KV cache (the target as its own draft does) takes the fork's."""
+    from ggufspec.bench.lockstep import interleave
+    from ggufspec.engine import generate
+
+    pair = _open(tiny_target_q8, tiny_target_q8 if own_draft else tiny_draft_q8)
+    try:
+        a = pair.encode(messages=[{"role": "user", "content": PROMPTS[0][1]}])
+        b = pair.encode(prompt=PROMPTS[7][1])
+        spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=4))
+        alone_a = pair.generate(prompt_tokens=a, max_tokens=40, drafters=()).run().tokens
+        alone_b = pair.generate(prompt_tokens=b, max_tokens=40, drafters=()).run().tokens
+        lookup = LookupDrafter()
+        target, drafters = pair.fork([pair.drafters[0], lookup])
+        assert target is not pair.target_ctx and drafters[0] is not pair.drafters[0]
+        assert isinstance(drafters[1], LookupDrafter) and drafters[1] is not lookup
+        # a copy takes the fork's KV cache exactly where the original takes the pair's
+        assert (drafters[0].kv_source is target) == (pair.drafters[0].kv_source is pair.target_ctx)
+        assert pair.drafters[0].kv_source is pair.target_ctx or not own_draft
+        on_pair = pair.generate(prompt_tokens=a, max_tokens=40, speculative=spec, cache_prompt=False)
+        on_fork = generate(target=target, prompt=b, drafters=drafters[:1], max_tokens=40, speculative=spec,
+                           cache_prompt=False)
+        busy = interleave([on_pair, on_fork])
+        assert on_pair.tokens == alone_a and on_fork.tokens == alone_b
+        assert on_fork.stats.accepted > 0 and all(s > 0 for s in busy)
+        assert list(pair.target_ctx.tokens[: len(a)]) == a and list(target.tokens[: len(b)]) == b
+        with pytest.raises(ValueError, match="not one this pair loaded"):
+            pair.fork([ModelDrafter(target, name="stranger")])
+    finally:
+        pair.close()

@@ -89,9 +89,8 @@ class Ours:
         )
 
     def run(self, cfg: Config, prompt: BenchPrompt, seed: int):
-        """One generation, run alone; (the finished generation, the number of rounds that rejected)."""
-        gen = self.start(cfg, prompt, seed).run()
-        return gen, rejections(gen)
+        """One generation on the pair's contexts, run to its end."""
+        return self.start(cfg, prompt, seed).run()
 
     def micro(self) -> dict:
         """c per draft model and the verify cost of K+1 rows, timed turn about on the first prompt."""

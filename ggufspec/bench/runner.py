@@ -237,7 +237,7 @@ def _run_one(eng: _Engines, cfg: Config, prompt: BenchPrompt, *, repeat: int, pr
     base = _base(eng, cfg, prompt, repeat=repeat, order=order)
     try:
         if cfg.engine == "ggufspec":
-            gen, _ = ours.run(cfg, prompt, _seed(plan, prompt_index, repeat))
+            gen = ours.run(cfg, prompt, _seed(plan, prompt_index, repeat))
             return _ours_record(eng, cfg, gen, gen.stats, base)
         if cfg.engine == "native":
             out = run_native_speculative(
