@@ -86,7 +86,8 @@ def markdown(result: BenchResult) -> str:
         "",
         f"Target `{plan.target}`; drafts: {', '.join(f'`{d.label}`' for d in plan.drafts)}. "
         f"{len(plan.prompts)} prompts ({', '.join(sorted({p.category for p in plan.prompts}))}; prompt sets {_set_counts(s)}), "
-        f"{plan.max_tokens} new tokens, {plan.repeats} repeat(s), target alone and speculative alternated; "
+        f"{plan.max_tokens} new tokens, {plan.repeats} repeat(s), "
+        f"{'our configurations of each prompt in lockstep (peers after them)' if plan.lockstep else 'target alone and speculative alternated'}; "
         "medians per prompt over repeats, then over prompts.",
         "",
         f"**Machine**: {m['cpu']}, {m['physical_cores']} cores ({m['logical_cores']} logical), "
