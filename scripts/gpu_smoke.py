@@ -3,10 +3,11 @@
 (a segfault in llama.cpp) names its step instead of ending the check.
 
 On the one GPU tried so far (an H200, CUDA 13: docs/gpu.md) `ggufspec run` crashed inside the model
-load, where llama-cpp-python's own load of the same file ran, and every crashing path had first
-listed llama.cpp's devices. The steps below separate those: llama-cpp-python alone, ggufspec's
-load, the device listing before a plain load and before ggufspec's, each of the listing's two
-effects alone before a plain load, then `ggufspec run`.
+load: that build's libggml-cuda.so exports its own libstdc++, and libllama's iostream calls bound
+into it (ggufspec.llama.lib.preload_cxx_runtime now prevents it). Which step crashed moved with
+what the process had loaded before, so the steps below keep each load in a process of its own:
+llama-cpp-python alone, ggufspec's load, the device listing before a plain load and before
+ggufspec's, each of the listing's two effects alone before a plain load, then `ggufspec run`.
 
     python scripts/gpu_smoke.py                    # the embedded Q4_1 draft, all layers offloaded
     python scripts/gpu_smoke.py model.gguf --ngl 0

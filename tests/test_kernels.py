@@ -173,3 +173,19 @@ def test_built_kernels_are_in_use_in_this_process() -> None:
         pytest.skip("no exact kernels built here (scripts/build_exact_kernels.sh)")
     assert os.environ.get("LLAMA_CPP_LIB_PATH") == str(lib)
     assert batch_invariant_kernels() and exact_target_quant() == "F32"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the preload is for Linux's libstdc++")
+def test_cxx_runtime_is_global_before_llama_cpp_loads() -> None:
+    """`preload_cxx_runtime` puts the system's libstdc++ in the global symbol scope (where the
+    libraries llama_cpp loads look first) without importing llama_cpp; a module that merely links
+    libstdc++ (numpy does) leaves it out of that scope. docs/gpu.md: the crash it prevents."""
+    code = """
+import ctypes, sys, numpy
+scope = ctypes.CDLL(None)
+before = hasattr(scope, "_ZNSt6locale7classicEv")
+from ggufspec.llama import kernels
+print(before, kernels.preload_cxx_runtime(), hasattr(scope, "_ZNSt6locale7classicEv"), "llama_cpp" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "libstdc++.so.6", "True", "False"]

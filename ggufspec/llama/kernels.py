@@ -31,6 +31,7 @@ GGUFSPEC_KERNELS=stock keeps the installed libraries; a LLAMA_CPP_LIB_PATH set b
 
 from __future__ import annotations
 
+import ctypes
 import filecmp
 import importlib.util
 import os
@@ -46,6 +47,28 @@ VARIANT_FILE = "EXACT_KERNELS"  # in the overlay: "tinyblas" or "ggml", then "re
 # the patch's revision: 1 tinyBLAS for every type at one row; 2 ggml's dot for one row of the
 # types the stock kernels compute batch-invariantly
 OVERLAY_REVISION = 2
+
+
+def preload_cxx_runtime() -> str | None:
+    """Load the system's C++ runtime into the global symbol scope before llama_cpp loads its
+    libraries (`ggufspec.llama.lib` calls it first); returns what it loaded, None where there is
+    none to load (not Linux, no libstdc++).
+
+    A CUDA build of llama.cpp can carry a private copy of libstdc++ inside libggml-cuda.so and
+    export it (3,414 libstdc++ symbols, on an H200 with CUDA 13, the vendored llama.cpp of
+    llama-cpp-python 0.3.36), while libllama.so does not link libstdc++ itself. libllama's
+    iostream calls (`llama_model::print_info`, on every model load) then bound into that copy,
+    with the system's locale objects: `ggufspec run` crashed (SIGSEGV inside
+    std::ostream::_M_insert<long>, cuda-gdb) on 4 of 4 runs, and on 0 of 5 with this preload
+    (docs/gpu.md). With the system's libstdc++ global first, every C++ runtime symbol binds to
+    one copy; a CPU build links that one anyway."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        return None
+    return "libstdc++.so.6"
 
 
 def installed_version() -> str | None:

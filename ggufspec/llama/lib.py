@@ -24,6 +24,7 @@ from typing import Any, Iterator
 
 from ggufspec.llama import compute, kernels
 
+kernels.preload_cxx_runtime()  # before llama_cpp loads its libraries (see there)
 kernels.activate()  # before llama_cpp is imported: it loads its libraries at import
 
 import llama_cpp as llama  # noqa: E402
