@@ -372,3 +372,31 @@ def test_compared_quants_run_alone_and_stay_out_of_the_default_configuration() -
     with pytest.raises(UserError, match="compared"):
         bench.make_plan(prompts=prompts, target="t.gguf", drafts=drafts[1:2], k_values=(2,), default_k=8,
                         temperature=0.0, repeats=1, native=False, llama_cpp_peer=False)
+
+
+def test_a_lockstep_lane_is_warmed_before_its_first_measured_generation(
+        tmp_path: Path, tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
+    """A configuration's own contexts (its lane) run one untimed generation when made, with a
+    throwaway controller: the first measured block is not the lanes' cold start, and the measured
+    controller has seen nothing yet."""
+    from ggufspec.bench.ours import Ours
+
+    plan = bench.make_plan(
+        prompts=bench.load_prompts(_tiny_prompts(tmp_path)), target=str(tiny_target_q8),
+        drafts=[bench.DraftSpec(label="q8", ref=str(tiny_draft_q8))], k_values=(3,), default_k=4,
+        temperature=0.0, repeats=1, max_tokens=12, n_ctx=512, n_threads=1, native=None, native_k=(),
+        llama_cpp_peer=False, sweep_all_drafts=False, lockstep=True,
+    )
+    ours = Ours(plan)
+    try:
+        cfg = next(c for c in plan.configs if c.engine == "ggufspec" and not c.is_baseline and not c.fixed)
+        prompt = plan.prompts[0]
+        gen = ours.start(cfg, prompt, 0, fork=True)
+        target, _ = ours.lanes[cfg.name]
+        n_prompt = len(ours.tokens[prompt.id])
+        assert len(target.tokens) > n_prompt  # the warm-up generated on the lane's own context
+        assert ours.controllers[cfg.name].round == 0  # the measured controller has not run yet
+        first = gen.run().tokens
+        assert first == ours.start(cfg, prompt, 0, fork=True).run().tokens  # warm or not, the same output
+    finally:
+        ours.pair.close()
