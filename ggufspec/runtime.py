@@ -17,7 +17,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ggufspec.chat import render_chat
 from ggufspec.control import DraftController
@@ -331,12 +331,8 @@ class SpeculativePair:
                 target, drafters = self.target_ctx, self.drafters
             else:
                 target = multi.views[i]
-                drafters = tuple(
-                    ModelDrafter(d.ctx.multi.views[i], name=d.name,  # type: ignore[attr-defined]
-                                 kv_source=target if d.kv_source is not None else None) if isinstance(d, ModelDrafter)
-                    else LookupDrafter(self.settings.lookup) if isinstance(d, LookupDrafter) else d
-                    for d in self.drafters
-                )
+                view = lambda m: m.ctx.multi.views[i]  # type: ignore[attr-defined]  # noqa: E731
+                drafters = tuple(self._drafter_copy(d, target, view) for d in self.drafters)
             slots.append(Slot(
                 index=i, target=target, drafters=drafters, controller=controller, shared=self.controller,
                 activity=activity,
@@ -357,22 +353,32 @@ class SpeculativePair:
 
         if self.settings.parallel > 1:
             raise RuntimeError("fork needs a pair with parallel == 1")
-        target = Context(self.target_model, settings=self.target_ctx.settings)
-        target.warmup()
-        self._forks.append(target)
-        copies: list[Drafter] = []
         for d in drafters:
-            if isinstance(d, LookupDrafter):
-                copies.append(LookupDrafter(self.settings.lookup))
-                continue
             entry = self._drafters.get(id(d))
-            if not isinstance(d, ModelDrafter) or entry is None or entry[2] is None:
+            loaded = isinstance(d, ModelDrafter) and entry is not None and entry[2] is not None
+            if not (loaded or isinstance(d, LookupDrafter)):
                 raise ValueError(f"drafter {d.name!r} is not one this pair loaded")
-            ctx = Context(entry[2], settings=d.ctx.settings)  # type: ignore[attr-defined]
+
+        def new_context(model: Any, settings: Any) -> Context:
+            ctx = Context(model, settings=settings)
             ctx.warmup()
             self._forks.append(ctx)
-            copies.append(ModelDrafter(ctx, name=d.name, kv_source=target if d.kv_source is not None else None))
-        return target, tuple(copies)
+            return ctx
+
+        target = new_context(self.target_model, self.target_ctx.settings)
+        copy = self._drafter_copy
+        return target, tuple(copy(d, target, lambda m: new_context(self._drafters[id(m)][2], m.ctx.settings))
+                             for d in drafters)
+
+    def _drafter_copy(self, d: Drafter, target: Any, context: Callable[[ModelDrafter], Any]) -> Drafter:
+        """`d` for another generation beside the pair's: a model drafter on `context(d)`, taking
+        `target`'s KV cache where `d` takes the pair's; prompt lookup anew (its n-gram index is
+        per generation); any other drafter as it is."""
+        if isinstance(d, ModelDrafter):
+            return ModelDrafter(context(d), name=d.name, kv_source=target if d.kv_source is not None else None)
+        if isinstance(d, LookupDrafter):
+            return LookupDrafter(self.settings.lookup)
+        return d
 
     def _all_drafters(self) -> list[Drafter]:
         drafters = [entry[0] for entry in self._drafters.values()]
