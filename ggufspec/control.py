@@ -77,6 +77,11 @@ average (chat, code, summaries, maths) and a 1-gram match's 0.3-0.9. With one cu
 matches, a prompt's first lookup round went by the last prompt's record: traced over a pass of
 the summaries and code, the first lookup round of 9 of 13 prompts kept at most 1 token.
 
+Check: a free drafter's proposal chosen while this generation has judged fewer than
+`check_rounds` (3) proposals of its grade runs only if the draft model's first token agrees with
+its first; where they differ the round is the model's (`_check`). Its pooled curve prices a grade
+by past prompts, and lookup's worth is the prompt's.
+
 Lossless: `choose` sees past rounds and the history only (a free drafter's proposal is a
 function of the history), never the target's output for the round it decides.
 
@@ -115,7 +120,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from ggufspec.estimates import DrafterModel, Realized, Samples, fit_line
+from ggufspec.estimates import B_MODEL, DrafterModel, Realized, Samples, fit_line
 
 NONE = "none"  # the source of a round that runs the target alone
 
@@ -147,9 +152,10 @@ class ControlSettings:
     prior_rounds: float = 2.0  # pseudo-rounds of the cost model in a source's throughput
     winsor: float = 4.0  # a round's seconds count at most this many model round times
     confirm: int = 3  # rounds a retry that beat the estimates runs again
+    check_rounds: int = 3  # a free drafter's grade is checked by the draft model until it has this many proposals judged in a generation
 
     def __post_init__(self) -> None:
-        if (self.retry < 1 or self.window < 1 or self.opening < 0
+        if (self.retry < 1 or self.window < 1 or self.opening < 0 or self.check_rounds < 0
                 or not all(0 < x <= 1 for x in (self.decay, self.accept_decay, self.idle_decay))):
             raise ValueError(f"bad control settings: {self}")
 
@@ -179,6 +185,10 @@ class Choice:
     draft_len: int
     retry: bool = False  # chosen by the retry schedule, not by the estimates
     grade: int = 0  # the chosen free drafter's grade this round (Candidate.grade)
+    # a free drafter's proposal checked first by draft model `check`'s first token: where they
+    # differ, the round is that model's, `check_len` tokens (`DraftController._check`)
+    check: str | None = None
+    check_len: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,7 +514,38 @@ class DraftController:
         if ch.drafter is None:
             return ch
         c = by_key[ch.drafter]
-        return Choice(c.name, ch.draft_len, ch.retry, c.grade)
+        check, check_len = self._check(ch.drafter, keyed, draft_max=draft_max, lo=max(1, draft_min)) if c.free else (None, 0)
+        return Choice(c.name, ch.draft_len, ch.retry, c.grade, check, check_len)
+
+    def _check(self, source: str, drafters: Sequence[Candidate], *, draft_max: int, lo: int) -> tuple[str | None, int]:
+        """(draft model, its K) that checks free source `source`'s proposal this round, or (None, 0).
+
+        The draft model drafts its first token; where it equals the proposal's first, the proposal
+        runs, else the round is the model's, at the K it would have run (its first token drafted
+        already). Lossless: the model's token is no output of the target, and at T > 0 the
+        proposal's first token is then the model's draw, verified with the model's q row.
+        Why: a free drafter's grade is priced by its curve over past generations until this
+        one's proposals outweigh it, and how lookup fares is the prompt's: after a prompt whose
+        text repeated, the tuned chat prompts' first 3-gram matches (priced at 1.8-3.7 tokens a
+        target step against the draft model's 1.6) kept 0-1 of 8 tokens in 20 of 24 lookup rounds,
+        a verify of 8 rows for one token each. The check costs the model's first call (about half a
+        target step on the 2-core EPYC) where the proposal is right, nothing where it is wrong, so
+        it runs only while this generation has fewer than `check_rounds` judged proposals of
+        the grade (replayed over both prompt sets' traces, `scripts/trace_sim.py`: the tuned chat
+        cell 0.969 -> 0.987 of the best fixed K, geometric mean of the prompts +0.7%; checking
+        every round, -1%: repeated text pays the check on every round). The model must be in step
+        (its cache shares the target's, or it lags by a normal round's backlog)."""
+        m = self._drafters.get(source)
+        judged = m.gen_drafted_at[0] if m is not None and m.gen_drafted_at else 0.0
+        if judged >= self.settings.check_rounds:
+            return None, 0
+        models = [c for c in drafters if not c.free and (c.kv_shared or c.backlog <= SYNCED)]
+        if not models:
+            return None, 0
+        best = {c.name: self.best_len(c.name, lo=lo, cap=draft_max) for c in models}
+        name = max(best, key=lambda n: best[n][1] if best[n] is not None else 0.0)  # type: ignore[index]
+        k = best[name][0] if best[name] is not None else min(draft_max, max(lo, 4))  # type: ignore[index]
+        return name, k
 
     def _choose(
         self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int, allow_none: bool,
@@ -654,6 +695,7 @@ class DraftController:
         catchup_s: float = 0.0,
         draft_first_s: float | None = None,
         draft_calls: int = 0,
+        check_s: float = 0.0,
     ) -> None:
         """A round ended: `choice` ran, `drafted` tokens were verified, `accepted` kept, `emitted`
         tokens came out (accepted + 1) in `round_s` seconds (drafting, verify and our Python; not a
@@ -662,7 +704,9 @@ class DraftController:
         tokens, with its grade. `catchup_tokens` / `catchup_s`: the draft model caught up on
         that many tokens of history first, in that many seconds (not part of `round_s`).
         `draft_first_s`: of `draft_s`, the seconds of the draft's first call, of `draft_calls`
-        (None: not told; `draft_s` is then priced per drafted token)."""
+        (None: not told; `draft_s` is then priced per drafted token). `check_s`: of `round_s`, the
+        seconds a draft model spent checking the free proposal that ran (`_check`): the source's
+        cost, not the verify's nor the model's drafting."""
         st = self.settings
         if choice.drafter is not None and choice.grade:
             choice = replace(choice, drafter=self._key(choice.drafter, choice.grade))
@@ -672,17 +716,19 @@ class DraftController:
             model = self._model(name, free)
             if not self.timed:  # nominal costs: the priors, exactly
                 draft_s = drafted * model.b_prior
-                round_s = 1.0 + (_V0 + _V1 * drafted if drafted else 0.0) + draft_s
+                check_s = B_MODEL if check_s > 0 else 0.0
+                round_s = 1.0 + (_V0 + _V1 * drafted if drafted else 0.0) + draft_s + check_s
         elif not self.timed:
             round_s, draft_s = 1.0, 0.0
+        vp = max(0.0, round_s - draft_s - check_s)  # the verify and our Python
         a = self.base_s()
         if drafted == 0:  # measures a (a draft that came back empty is not the target's cost)
-            self._base.add(self.round, max(0.0, round_s - draft_s))
+            self._base.add(self.round, vp)
         elif a is not None:  # bounds a from above
-            self._bound.add(self.round, max(0.0, round_s - draft_s))
+            self._bound.add(self.round, vp)
         if drafted > 0 and name is not None:
             if a is None:  # no round of the target alone yet: infer a from the priors
-                a = max(0.0, round_s - draft_s) / (1.0 + _V0 + _V1 * drafted)
+                a = vp / (1.0 + _V0 + _V1 * drafted)
                 self._base.add(self.round, a)
             elif round_s < 0.5 * a:  # a verify of K+1 rows cannot cost half of one row's
                 self._recheck = True
@@ -693,7 +739,7 @@ class DraftController:
                     m.per_token.add(self.round, max(0.0, draft_s - draft_first_s) / (draft_calls - 1))
             else:
                 m.per_token.add(self.round, max(0.0, draft_s) / drafted)
-            self._verify.setdefault(drafted, Samples(st.window)).add(self.round, max(0.0, round_s - draft_s))
+            self._verify.setdefault(drafted, Samples(st.window)).add(self.round, vp)
             self._record_accepts(name, drafted, accepted, emitted)
         if name is not None and catchup_tokens > SYNCED and self.timed:
             self._model(name, free).catchup.add(self.round, catchup_s / catchup_tokens)

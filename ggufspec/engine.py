@@ -217,7 +217,7 @@ def _steps(
     sampled_drafts = rule is AcceptRule.REJECTION
     drafted_at = [0] * lengths.draft_max
     accepted_at = [0] * lengths.draft_max
-    drafted = accepted = rounds = paused = 0
+    drafted = accepted = rounds = paused = checks = checks_failed = 0
     k_hist: dict[int, int] = {}
     drafter_rounds: dict[str, int] = {}
     draft_s = verify_s = 0.0
@@ -277,6 +277,8 @@ def _steps(
             paused_rounds=paused,
             k_hist=dict(sorted(k_hist.items())),
             drafter_rounds=drafter_rounds,
+            checks=checks,
+            checks_failed=checks_failed,
         )
 
     pending: list[tuple[int, Source]] = [(first, Source.TARGET)]
@@ -317,7 +319,7 @@ def _steps(
             proposals: dict[str, Draft] = {}  # free drafters' proposals, asked before the choice
             draft_tokens: tuple[int, ...] = ()
             q_rows: tuple = ()
-            round_draft_s = catchup_s = 0.0
+            round_draft_s = catchup_s = check_s = 0.0
             caught_up = 0
             first: tuple[float | None, int] = (None, 0)  # the draft's first call (seconds) and its calls
             if drafters and draft_max > 0 and (drafting is None or drafting()):
@@ -345,6 +347,12 @@ def _steps(
                     d = proposals.get(choice.drafter)
                     if d is not None:
                         d = Draft(d.tokens[:k], d.q_rows[:k])
+                        if choice.check is not None and d.tokens:
+                            d, choice, check_s = _checked(d, choice, by_name[choice.check], history, lengths=lengths,
+                                                          sampled=sampled_drafts, sampling=sampling, rng=rng)
+                            checks += 1
+                            checks_failed += choice.check is None
+                            draft_s += check_s
                     else:
                         d = by_name[choice.drafter].propose(
                             history, draft_len=k, draft_p_min=lengths.draft_p_min, sampled=sampled_drafts,
@@ -374,7 +382,7 @@ def _steps(
                 if controller is not None and choice is not None:
                     _observe(controller, choice, proposals, drafted=0, accepted=0, emitted=[tok],
                              round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s,
-                             catchup=(caught_up, catchup_s), first=first)
+                             catchup=(caught_up, catchup_s), first=first, check_s=check_s)
                 pending = [(tok, Source.TARGET)]
                 continue
             if rule is AcceptRule.GREEDY:
@@ -398,7 +406,7 @@ def _steps(
             if controller is not None and choice is not None:
                 _observe(controller, choice, proposals, drafted=kd, accepted=n, emitted=[*draft_tokens[:n], verdict.token],
                          round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s,
-                         catchup=(caught_up, catchup_s), first=first)
+                         catchup=(caught_up, catchup_s), first=first, check_s=check_s)
             proposer = choice.drafter if choice is not None else None
             pending = [(x, Source.DRAFT) for x in draft_tokens[:n]]
             pending.append((verdict.token, Source.BONUS if verdict.bonus else Source.CORRECTION))
@@ -413,7 +421,7 @@ def _steps(
 def _observe(
     controller: DraftController, choice: Choice, proposals: dict[str, Draft], *, drafted: int, accepted: int,
     emitted: Sequence[int], round_s: float, draft_s: float, catchup: tuple[int, float] = (0, 0.0),
-    first: tuple[float | None, int] = (None, 0),
+    first: tuple[float | None, int] = (None, 0), check_s: float = 0.0,
 ) -> None:
     """Tell the controller how the round went, and score the free drafters it did not pick against
     the tokens the target emitted (full information: no extra target call)."""
@@ -422,7 +430,29 @@ def _observe(
     controller.observe(choice=choice, drafted=drafted, accepted=accepted, emitted=len(emitted), round_s=round_s,
                        draft_s=draft_s, free=choice.drafter in proposals, scored=scored,
                        catchup_tokens=catchup[0], catchup_s=catchup[1],
-                       draft_first_s=first[0], draft_calls=first[1])
+                       draft_first_s=first[0], draft_calls=first[1], check_s=check_s)
+
+
+def _checked(
+    proposal: Draft, choice: Choice, model: Drafter, history: Sequence[int], *, lengths: DraftLengthSettings,
+    sampled: bool, sampling: SamplingSettings, rng: np.random.Generator,
+) -> tuple[Draft, Choice, float]:
+    """A free drafter's proposal checked by draft model `model`'s first token (`DraftController._check`):
+    (the round's draft, its choice, the check's seconds). Where the two first tokens agree the
+    proposal runs (check's seconds: the model's call), its first q row the model's: at T > 0 that
+    token is the model's draw, the rest of the proposal a function of it and the history, so each
+    position's q is what drew it and rejection sampling stays exact. Where they differ the round
+    is the model's, `choice.check_len` tokens from the one it drafted (its seconds the round's drafting)."""
+    kw = dict(draft_p_min=lengths.draft_p_min, sampled=sampled, sampling=sampling, rng=rng)
+    head = model.propose(history, draft_len=1, **kw)
+    if head.tokens and head.tokens[0] == proposal.tokens[0]:
+        return Draft(proposal.tokens, (head.q_rows[0], *proposal.q_rows[1:])), choice, head.decode_s
+    rest = (model.propose([*history, *head.tokens], draft_len=choice.check_len - 1, **kw)
+            if head.tokens and choice.check_len > 1 else Draft((), ()))
+    merged = Draft(head.tokens + rest.tokens, head.q_rows + rest.q_rows, head.decode_s + rest.decode_s,
+                   head.catchup_s + rest.catchup_s, head.decode_calls + rest.decode_calls,
+                   head.catchup_tokens + rest.catchup_tokens, first_s=head.first_s)
+    return merged, Choice(model.name, choice.check_len), 0.0
 
 
 def _pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generator) -> int:

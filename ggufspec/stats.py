@@ -32,6 +32,8 @@ class RunStats:
     k_hist: dict[int, int] = field(default_factory=dict)  # rounds per drafted length (0: the target alone)
     drafter_rounds: dict[str, int] = field(default_factory=dict)  # rounds per chosen drafter ("none": target alone)
     cached_tokens: int = 0  # prompt tokens reused from the target's KV cache (prefix reuse)
+    checks: int = 0  # rounds whose free proposal (lookup) was checked by the draft model's first token
+    checks_failed: int = 0  # ... of them, where the two differed and the draft model's round ran instead
 
     @property
     def overhead_s(self) -> float:

@@ -227,6 +227,15 @@ def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController 
             if proposal is not None and proposal.tokens:
                 cands.append(Candidate("lookup", free=True, match_len=len(proposal.tokens), grade=proposal.grade))
             choice = ctl.choose(drafters=cands, draft_max=k_max, allow_none=policy.kind != "always", remaining=remaining)
+        check_s = 0.0
+        if choice is not None and choice.check is not None and proposal is not None:
+            # the engine's check (DraftController._check): the model's first token against the
+            # proposal's; the trace knows whether each is the reply's, and where the proposal is
+            # wrong the model is taken to differ from it (two wrong tokens rarely agree)
+            if common_prefix(proposal.tokens[:1], reply[at:at + 1]) and accepted_at[at] >= 1:
+                check_s = costs.f * jitter
+            else:
+                choice = Choice(MODEL, choice.check_len)
         k = choice.draft_len if choice is not None and choice.drafter is not None else 0
         draft_s, calls = 0.0, 0
         if k and choice is not None and choice.drafter == MODEL:
@@ -237,7 +246,7 @@ def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController 
             accepted = common_prefix(proposal.tokens[:k], reply[at:])
         else:
             accepted = 0
-        round_s = (costs.verify_s(k) + costs.python_s(k)) * jitter + draft_s
+        round_s = (costs.verify_s(k) + costs.python_s(k)) * jitter + draft_s + check_s
         emitted = accepted + 1
         if ctl is not None and choice is not None:
             scored = {}
@@ -246,7 +255,7 @@ def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController 
                                           proposal.grade)
             ctl.observe(choice=choice, drafted=k, accepted=accepted, emitted=emitted, round_s=round_s, draft_s=draft_s,
                         free=choice.drafter == "lookup", scored=scored,
-                        draft_first_s=costs.f * jitter if calls else None, draft_calls=calls)
+                        draft_first_s=costs.f * jitter if calls else None, draft_calls=calls, check_s=check_s)
         take = min(emitted, end - gen)
         hist += reply[at:at + take]
         gen += take

@@ -667,3 +667,76 @@ def test_a_draft_models_first_call_is_priced_once_a_round_not_per_token() -> Non
     ks = _first_call_sim(ctrl, 300, alpha=alpha, f=f, b=b, a=a, rng=np.random.default_rng(0), tell_first=False)
     assert ctrl.draft_cost_s("m", 1) < 0.9 * (f + b)  # the first call's extra spread over K tokens
     assert ctrl.draft_cost_s("m", 8) > 1.03 * (f + 8 * b)
+
+
+def _lookup_round(ctrl: DraftController, *, backlog: int = 0, kv_shared: bool = True, right: bool = True,
+                  check_s: float = 0.0) -> Choice:
+    """A round offered a draft model `m` (0.45 target steps a draft) and lookup's 8-token grade-3
+    proposal (right throughout or wrong at its first token): a checked lookup choice runs as the
+    engine runs it (kept where right, the model's round where wrong)."""
+    c = ctrl.choose(drafters=[Candidate("m", backlog=backlog, kv_shared=kv_shared),
+                              Candidate("lookup", free=True, match_len=8, grade=3)], draft_max=8, remaining=100)
+    look = Scored(8, 8 if right else 0, 3)
+    if c.drafter == "lookup" and (right or c.check is None):
+        acc = 8 if right else 0
+        ctrl.observe(choice=c, drafted=8, accepted=acc, emitted=acc + 1, round_s=_verify(8) + check_s, free=True,
+                     check_s=check_s if c.check else 0.0)
+    else:
+        ran = c if c.drafter != "lookup" else Choice("m", c.check_len)
+        k = ran.draft_len if ran.drafter else 0
+        ctrl.observe(choice=ran, drafted=k, accepted=k, emitted=k + 1, round_s=_verify(k) + k * 0.45 * A,
+                     draft_s=k * 0.45 * A, scored={"lookup": look} if k or ran.drafter is None else None)
+    return c
+
+
+def test_a_free_drafters_first_proposals_of_a_generation_are_checked_by_the_draft_model() -> None:
+    # lookup right every round of a first prompt: on the next, its grade-3 proposals are chosen,
+    # and the first `check_rounds` of them carry the model that checks their first token (at the
+    # K the model would run); once this generation has judged that many, lookup runs unchecked
+    rng = np.random.default_rng(0)
+    ctrl = _shared_warm_controller(rng)
+    for _ in range(20):
+        _lookup_round(ctrl)
+    ctrl.begin(prefilled=[])
+    picks = [_lookup_round(ctrl) for _ in range(6)]
+    assert all(c.drafter == "lookup" for c in picks)
+    k_model = ctrl.best_len("m", lo=1, cap=8)
+    assert k_model is not None and k_model[0] >= 6
+    assert [c.check for c in picks] == ["m"] * ControlSettings().check_rounds + [None] * (6 - ControlSettings().check_rounds)
+    assert all(c.check_len == k_model[0] for c in picks[:3])
+    # scored proposals count as judged too: where the model ran the first rounds, none is left to check
+    ctrl.begin(prefilled=[])
+    for _ in range(3):
+        _shared_round(ctrl, _agreeing(rng))
+        ctrl.observe(choice=Choice("m", 8), drafted=8, accepted=8, emitted=9, round_s=_verify(8) + 8 * 0.45 * A,
+                     draft_s=8 * 0.45 * A, scored={"lookup": Scored(8, 8, 3)})
+    assert _lookup_round(ctrl).check is None
+
+
+def test_no_check_without_a_draft_model_in_step_or_when_switched_off() -> None:
+    for settings, backlog, kv_shared in ((ControlSettings(), 30, False), (ControlSettings(check_rounds=0), 0, True)):
+        ctrl = DraftController(settings=settings)
+        ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A)
+        for _ in range(30):
+            _lookup_round(ctrl, backlog=backlog, kv_shared=kv_shared)
+        ctrl.begin(prefilled=[])
+        c = _lookup_round(ctrl, backlog=backlog, kv_shared=kv_shared)
+        assert c.drafter == "lookup" and c.check is None
+    lone = DraftController()  # lookup alone: nothing to check with
+    lone.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A)
+    c = lone.choose(drafters=[Candidate("lookup", free=True, match_len=8, grade=3)], draft_max=8)
+    assert c.check is None
+
+
+def test_a_checks_seconds_are_the_sources_cost_not_the_verifys() -> None:
+    # the same rounds told with and without a check's seconds: the verify line is the same, and
+    # lookup's realized rate pays for the check
+    plain, checked = DraftController(), DraftController()
+    for ctrl, check_s in ((plain, 0.0), (checked, 0.4 * A)):
+        ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A)
+        for _ in range(6):
+            ctrl.observe(choice=Choice("lookup", 8, grade=3, check="m", check_len=8), drafted=8, accepted=8, emitted=9,
+                         round_s=_verify(8) + check_s, free=True, check_s=check_s)
+    assert checked.verify_s(8) == pytest.approx(plain.verify_s(8))
+    rate = {n: c.throughput("lookup#3", None) for n, c in (("plain", plain), ("checked", checked))}
+    assert rate["checked"] == pytest.approx(rate["plain"] * _verify(8) / (_verify(8) + 0.4 * A), rel=1e-6)

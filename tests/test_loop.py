@@ -21,7 +21,7 @@ from ggufspec.acceptance import AcceptRule, Variant
 from ggufspec.drafters import Draft, DraftLengthSettings, LookupDrafter, ModelDrafter
 from ggufspec.engine import Generation, Source, SpeculativeSettings, generate
 from ggufspec.errors import UserError
-from ggufspec.control import DraftController
+from ggufspec.control import Choice, DraftController
 from ggufspec.sampling import SamplingSettings, probabilities
 
 V = 40
@@ -298,7 +298,11 @@ def test_several_drafters_greedy_equals_an_independent_reference(fake_clock: Fak
             assert sum(s.k_hist.values()) == sum(s.drafter_rounds.values()) == s.rounds
             assert sum(k * n for k, n in s.k_hist.items()) == s.drafted
             used.update({k: v for k, v in s.drafter_rounds.items()})
+            used.update(checks=s.checks, checks_failed=s.checks_failed)
     assert used["model"] > 100 and used["lookup"] > 100  # both drafters really proposed
+    # lookup's first proposals of a generation were checked by the model's first token, and some
+    # checks sent the round to the model (the output is the target's either way)
+    assert used["checks"] > used["checks_failed"] > 0
 
 
 def test_steps_name_the_drafter_that_proposed_them(fake_clock: FakeClock) -> None:
@@ -402,7 +406,56 @@ def test_several_drafters_keep_the_target_distribution(
                        controller=controller, speculative=spec(2)).run()
         counts[tuple(gen.tokens)] += 1
         used.update(gen.stats.drafter_rounds)
-    assert len(used) == 3  # model, lookup and the target alone all ran
+        used.update(checks=gen.stats.checks, checks_failed=gen.stats.checks_failed)
+    # model, lookup and the target alone all ran; lookup's proposals were checked by the model's
+    # first (sampled) token, kept where it agreed (its q row the model's) and replaced where not
+    assert {"model", "lookup", "none"} <= set(used)
+    assert used["checks"] > used["checks_failed"] > 0, used
+    keys = sorted(exact, key=lambda k: -exact[k])
+    expected = np.array([exact[k] * runs for k in keys])
+    observed = np.array([counts[k] for k in keys], dtype=float)
+    big = expected >= 5
+    f_obs = np.append(observed[big], observed[~big].sum())
+    f_exp = np.append(expected[big], expected[~big].sum())
+    assert sum(counts.values()) == runs and set(counts) <= set(exact)
+    assert sps.chisquare(f_obs, f_exp).pvalue > 1e-3
+
+
+class _AlwaysCheck(DraftController):
+    """Every round lookup's proposal, when it has one, checked by the model (the path under test)."""
+
+    def choose(self, *, drafters, draft_max, draft_min=0, allow_none=True, remaining=None):  # type: ignore[override]
+        look = next((c for c in drafters if c.free and c.match_len), None)
+        if look is None:
+            return super().choose(drafters=drafters, draft_max=draft_max, draft_min=draft_min,
+                                  allow_none=allow_none, remaining=remaining)
+        return Choice("lookup", min(draft_max, look.match_len), grade=look.grade, check="model", check_len=draft_max)
+
+
+@pytest.mark.parametrize("rule", [AcceptRule.REJECTION, AcceptRule.MATCH], ids=["rejection", "match"])
+def test_checked_lookup_rounds_keep_the_target_distribution(rule: AcceptRule, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every lookup proposal checked by the model's first (sampled) token: kept where they agree
+    # (its first q row the model's), replaced by the model's round where not (seed None: a seeded
+    # run takes a counted controller of its own; the test's seeds underneath)
+    n_vocab, n_tokens, runs = 3, 4, 4000
+    vocab = FakeVocab([bytes([97 + i]) for i in range(n_vocab)])
+    t_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0)
+    d_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0, noise=0.4)
+    prompt = [1, 2, 0, 1, 2]
+    sampling_kw = {"temperature": 0.8, "top_p": 0.95}
+    exact = _target_alone_distribution(t_lm, prompt, n_tokens, SamplingSettings(**sampling_kw))
+    counts: Counter = Counter()
+    used: Counter = Counter()
+    target = FakeModel(t_lm, vocab)
+    drafters = [ModelDrafter(FakeModel(d_lm, vocab)), LookupDrafter()]
+    seeds = iter(range(runs))
+    monkeypatch.setattr(SamplingSettings, "rng", lambda self: np.random.default_rng(next(seeds)))
+    for _ in range(runs):
+        gen = generate(target=target, prompt=prompt, drafters=drafters, max_tokens=n_tokens, controller=_AlwaysCheck(),
+                       sampling=SamplingSettings(**sampling_kw), speculative=spec(3, accept=rule)).run()
+        counts[tuple(gen.tokens)] += 1
+        used.update(checks=gen.stats.checks, checks_failed=gen.stats.checks_failed, **gen.stats.drafter_rounds)
+    assert used["lookup"] > 400 and used["checks_failed"] > 1000, used
     keys = sorted(exact, key=lambda k: -exact[k])
     expected = np.array([exact[k] * runs for k in keys])
     observed = np.array([counts[k] for k in keys], dtype=float)
