@@ -150,6 +150,11 @@ def compare(
                       identical=identical, warmup_tokens=warm)
 
 
+
+def _pct(sp: Spread) -> str:
+    """The spread in percent, whole unless that reads as the tolerance itself (10.4% is beyond 10%)."""
+    return f"{sp.spread_pct:.1f}" if round(sp.spread_pct) == round(sp.tolerance_pct) else f"{sp.spread_pct:.0f}"
+
 def report_lines(comparison: Comparison, *, load: Mapping[str, Any] | None) -> list[str]:
     """The human report of a repeated comparison: the median speedup and its range, each
     repeat's tok/s, the noisy note with the machine's load, greedy identity."""
@@ -159,12 +164,12 @@ def report_lines(comparison: Comparison, *, load: Mapping[str, Any] | None) -> l
         lines = [f"speedup: not measured (the target alone generated too few tokens to time in {n} repeat(s))"]
     else:
         lines = [f"speedup {sp.median:.2f}x, median of {n} repeat(s) (min {sp.min:.2f}x, max {sp.max:.2f}x, "
-                 f"spread +-{sp.spread_pct:.0f}%); warm-up of {comparison.warmup_tokens} tokens per side not counted"]
+                 f"spread +-{_pct(sp)}%); warm-up of {comparison.warmup_tokens} tokens per side not counted"]
     spec, alone = comparison.tps(SPECULATIVE), comparison.tps(ALONE)
     lines.append("  tok/s per repeat: speculative " + " / ".join(f"{x:.1f}" for x in spec)
                  + "; target alone " + " / ".join(f"{x:.1f}" for x in alone))
     if sp is not None and sp.noisy:
-        lines.append(f"NOISY: the speedups spread +-{sp.spread_pct:.0f}% around their median (beyond +-{sp.tolerance_pct:.0f}%); "
+        lines.append(f"NOISY: the speedups spread +-{_pct(sp)}% around their median (beyond +-{sp.tolerance_pct:.0f}%); "
                      f"{describe_load(load)}: trust the median, or rerun on a quieter machine or with more --repeats")
     else:
         lines.append(f"  {describe_load(load)}")

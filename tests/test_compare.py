@@ -171,3 +171,10 @@ def test_cli_repeats_needs_compare_and_a_positive_count(tiny_target_q8: Path) ->
         proc = _cli("run", "--target", str(tiny_target_q8), "-p", "hi", *extra)
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [proc.stderr.strip()]
         assert proc.stderr.startswith("error: ") and fragment in proc.stderr
+
+
+def test_a_spread_just_past_the_tolerance_is_not_printed_as_the_tolerance() -> None:
+    from ggufspec.compare import _pct
+
+    assert _pct(spread([1.0, 1.104, 1.0])) == "10.4"  # NOISY, and not "+-10% (beyond +-10%)"
+    assert _pct(spread([1.0, 1.33, 1.0])) == "33"
