@@ -150,10 +150,10 @@ def compare(
                       identical=identical, warmup_tokens=warm)
 
 
-
 def _pct(sp: Spread) -> str:
     """The spread in percent, whole unless that reads as the tolerance itself (10.4% is beyond 10%)."""
     return f"{sp.spread_pct:.1f}" if round(sp.spread_pct) == round(sp.tolerance_pct) else f"{sp.spread_pct:.0f}"
+
 
 def report_lines(comparison: Comparison, *, load: Mapping[str, Any] | None) -> list[str]:
     """The human report of a repeated comparison: the median speedup and its range, each
