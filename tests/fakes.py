@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -137,6 +137,22 @@ class FakeModel:
 
     def clear(self) -> None:
         self.kv.clear()
+
+
+def assert_follows(counts: Mapping[tuple, int], exact: Mapping[tuple, float], runs: int) -> None:
+    """`runs` sampled sequences (`counts`) against their exact probabilities: every run counted,
+    none of probability 0, and a chi-square test at p > 1e-3 with the rare sequences pooled into
+    one cell (every other cell expects at least 5)."""
+    from scipy import stats as sps
+
+    keys = sorted(exact, key=lambda k: -exact[k])
+    expected = np.array([exact[k] * runs for k in keys])
+    observed = np.array([counts.get(k, 0) for k in keys], dtype=float)
+    big = expected >= 5
+    f_obs = np.append(observed[big], observed[~big].sum())
+    f_exp = np.append(expected[big], expected[~big].sum())
+    assert sum(counts.values()) == runs and set(counts) <= set(exact)
+    assert sps.chisquare(f_obs, f_exp).pvalue > 1e-3
 
 
 def greedy_reference(lm: LM, vocab: FakeVocab, prompt: Sequence[int], *, max_tokens: int, n_ctx: int) -> list[int]:

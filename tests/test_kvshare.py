@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy import stats as sps
 
-from fakes import FakeClock, FakeModel, FakeVocab, greedy_reference, letters_vocab, ngram_lm
+from fakes import FakeClock, FakeModel, FakeVocab, assert_follows, greedy_reference, letters_vocab, ngram_lm
 from ggufspec import clock
 from ggufspec.acceptance import AcceptRule
 from ggufspec.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter, common_prefix
@@ -147,14 +146,7 @@ def test_sampled_sequences_with_an_importing_draft_follow_the_target_alone(rule:
                        speculative=spec(3, fixed=True, accept=rule)).run()
         counts[tuple(gen.tokens)] += 1
     assert drafter.imports > 0
-    keys = sorted(exact, key=lambda k: -exact[k])
-    expected = np.array([exact[k] * runs for k in keys])
-    observed = np.array([counts[k] for k in keys], dtype=float)
-    big = expected >= 5
-    f_obs = np.append(observed[big], observed[~big].sum())
-    f_exp = np.append(expected[big], expected[~big].sum())
-    assert sum(counts.values()) == runs and set(counts) <= set(exact)
-    assert sps.chisquare(f_obs, f_exp).pvalue > 1e-3
+    assert_follows(counts, exact, runs)
 
 
 def test_a_draft_reports_its_first_call_apart_from_the_one_row_calls_after_it(fake_clock: FakeClock) -> None:

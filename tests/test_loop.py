@@ -13,9 +13,8 @@ from typing import Sequence
 
 import numpy as np
 import pytest
-from scipy import stats as sps
 
-from fakes import FakeClock, FakeModel, FakeVocab, greedy_reference, letters_vocab, ngram_lm
+from fakes import FakeClock, FakeModel, FakeVocab, assert_follows, greedy_reference, letters_vocab, ngram_lm
 from ggufspec import clock
 from ggufspec.acceptance import AcceptRule, Variant
 from ggufspec.drafters import Draft, DraftLengthSettings, LookupDrafter, ModelDrafter
@@ -368,14 +367,7 @@ def test_sampled_sequences_follow_the_target_alone(rule: AcceptRule, variant: Va
                        sampling=SamplingSettings(seed=seed, **sampling_kw),
                        speculative=spec(2, fixed=True, accept=rule, variant=variant)).run()
         counts[tuple(gen.tokens)] += 1
-    keys = sorted(exact, key=lambda k: -exact[k])
-    expected = np.array([exact[k] * runs for k in keys])
-    observed = np.array([counts[k] for k in keys], dtype=float)
-    big = expected >= 5  # pool the rare sequences into one cell
-    f_obs = np.append(observed[big], observed[~big].sum())
-    f_exp = np.append(expected[big], expected[~big].sum())
-    assert sum(counts.values()) == runs and set(counts) <= set(exact)
-    assert sps.chisquare(f_obs, f_exp).pvalue > 1e-3
+    assert_follows(counts, exact, runs)
 
 
 @pytest.mark.parametrize("timed", [False, True], ids=["seeded-counted", "unseeded-timed"])
@@ -411,14 +403,7 @@ def test_several_drafters_keep_the_target_distribution(
     # first (sampled) token, kept where it agreed (its q row the model's) and replaced where not
     assert {"model", "lookup", "none"} <= set(used)
     assert used["checks"] > used["checks_failed"] > 0, used
-    keys = sorted(exact, key=lambda k: -exact[k])
-    expected = np.array([exact[k] * runs for k in keys])
-    observed = np.array([counts[k] for k in keys], dtype=float)
-    big = expected >= 5
-    f_obs = np.append(observed[big], observed[~big].sum())
-    f_exp = np.append(expected[big], expected[~big].sum())
-    assert sum(counts.values()) == runs and set(counts) <= set(exact)
-    assert sps.chisquare(f_obs, f_exp).pvalue > 1e-3
+    assert_follows(counts, exact, runs)
 
 
 class _AlwaysCheck(DraftController):
@@ -456,14 +441,7 @@ def test_checked_lookup_rounds_keep_the_target_distribution(rule: AcceptRule, mo
         counts[tuple(gen.tokens)] += 1
         used.update(checks=gen.stats.checks, checks_failed=gen.stats.checks_failed, **gen.stats.drafter_rounds)
     assert used["lookup"] > 400 and used["checks_failed"] > 1000, used
-    keys = sorted(exact, key=lambda k: -exact[k])
-    expected = np.array([exact[k] * runs for k in keys])
-    observed = np.array([counts[k] for k in keys], dtype=float)
-    big = expected >= 5
-    f_obs = np.append(observed[big], observed[~big].sum())
-    f_exp = np.append(expected[big], expected[~big].sum())
-    assert sum(counts.values()) == runs and set(counts) <= set(exact)
-    assert sps.chisquare(f_obs, f_exp).pvalue > 1e-3
+    assert_follows(counts, exact, runs)
 
 
 def test_seeded_sampled_runs_are_reproducible(fake_clock: FakeClock) -> None:
