@@ -365,6 +365,10 @@ def _steps(
                     draft_s += d.decode_s
                     if len(d.tokens) >= lengths.draft_min:
                         draft_tokens, q_rows = d.tokens, d.q_rows
+            elif controller is not None and drafters and draft_max <= 0:
+                # one token left: a round of the target alone whatever the controller would say,
+                # and a free measurement of its cost, a (it resets the retry of the target alone)
+                choice = Choice(None, 0)
             source = choice.drafter if choice is not None and choice.drafter is not None else "none"
             drafter_rounds[source] = drafter_rounds.get(source, 0) + 1
             k_hist[len(draft_tokens)] = k_hist.get(len(draft_tokens), 0) + 1

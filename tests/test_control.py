@@ -109,6 +109,20 @@ def test_it_settles_on_the_target_alone_when_drafting_loses_and_retries_the_draf
         assert any(c.drafter == "m" for c in choices[start : start + window]), start
 
 
+def test_the_target_alone_is_retried_the_less_often_the_more_it_trails() -> None:
+    # its retries fall (R_best / R_none)^2 retry intervals apart, at most `spacing` (4) of them:
+    # behind a draft at 1.69x (realized ~1.5x) every ~70 rounds, not 32; in a close race (a
+    # draft at 1.2x) about every interval as before; never more than 4 x 32 rounds apart
+    st = ControlSettings()
+    for drafter, lo, hi in ((GOOD, 1.6, st.spacing), (Sim(b=0.004, alpha=0.7), 1.0, 1.5)):
+        for seed in range(3):
+            choices, _ = simulate(DraftController(), 800, a=0.010, drafters={"m": drafter}, rng=np.random.default_rng(seed))
+            at = [i for i, c in enumerate(choices) if i >= SETTLE and c.drafter is None and c.retry]
+            gaps = [g for g in np.diff(at) if g > 1]  # (a retry that beat the bar runs again at once)
+            assert lo * st.retry <= np.median(gaps) <= hi * st.retry, gaps
+            assert max(gaps) <= st.spacing * st.retry + 2, gaps
+
+
 def test_it_follows_a_change_of_costs() -> None:
     rng = np.random.default_rng(7)
     ctrl = DraftController()
@@ -361,7 +375,8 @@ def test_over_prompts_where_drafting_pays_it_drafts_through_bad_stretches(hard_s
     # fixed K = 4 gives ~1.2x. Before the estimates kept a pool over prompts and a prompt's first
     # rounds (the opening), one bad stretch at a prompt's start left the draft out for the whole
     # prompt. Median over 12 seeds of the default / the best fixed K: 0.947 (easy start) and 0.844
-    # (2 hard tokens first) before, 0.979 and 0.936 now
+    # (2 hard tokens first) before, 0.979 and 0.936 after, 0.987 and 0.946 with the target alone's
+    # retries spaced by its margin (`_spacing`)
     ratios = []
     for seed in range(12):
         alphas = np.random.default_rng(100 + seed).uniform(0.93, 0.99, size=24)
@@ -604,8 +619,10 @@ def test_a_draft_rejected_round_after_round_is_left_within_a_few_rounds_and_retr
     # costs ~5 target steps for 1 token), and the model is retried within `retry` rounds
     for seed in range(4):
         ctrl = _shared_warm_controller(np.random.default_rng(seed))
-        picks = [_shared_round(ctrl, lambda k: 0).drafter for _ in range(8)]
-        left = picks.index(None)
+        rounds = [_shared_round(ctrl, lambda k: 0) for _ in range(8)]
+        picks = [c.drafter for c in rounds]
+        # (a retry of the target alone, due by the schedule, is no verdict against the draft)
+        left = next(i for i, c in enumerate(rounds) if c.drafter is None and not c.retry)
         assert 2 <= left <= 6 and picks[left:].count(None) >= len(picks) - left - 1
         later = [_shared_round(ctrl, lambda k: 0).drafter for _ in range(ControlSettings().retry + 2)]
         assert "m" in later
@@ -653,7 +670,7 @@ def test_a_draft_models_first_call_is_priced_once_a_round_not_per_token() -> Non
     # 2-row first decode), b = 10.1 ms; the target a = 23.3 ms, accept rate 0.92. Told which part of
     # a round's draft seconds was its first call, the controller prices every K within 3%, at
     # whatever K it drafted. Priced per drafted token (draft seconds over K at the K in use, ~4.5
-    # here) it put K = 1 at 11.2 ms (-25%) and K = 8 at 5% too dear: short rounds too cheap, long
+    # here) it put K = 1 at 11.2 ms (-25%) and K = 8 at 3-5% too dear: short rounds too cheap, long
     # ones too dear, and at this accept rate the K it chose then was 3, not the best 4 (1% slower).
     a, f, b, alpha = 0.0233, 0.0049, 0.0101, 0.92
     for seed in range(3):
@@ -666,7 +683,7 @@ def test_a_draft_models_first_call_is_priced_once_a_round_not_per_token() -> Non
     ctrl = DraftController()
     ks = _first_call_sim(ctrl, 300, alpha=alpha, f=f, b=b, a=a, rng=np.random.default_rng(0), tell_first=False)
     assert ctrl.draft_cost_s("m", 1) < 0.9 * (f + b)  # the first call's extra spread over K tokens
-    assert ctrl.draft_cost_s("m", 8) > 1.03 * (f + 8 * b)
+    assert ctrl.draft_cost_s("m", 8) > 1.02 * (f + 8 * b)
 
 
 def _lookup_round(ctrl: DraftController, *, backlog: int = 0, kv_shared: bool = True, right: bool = True,

@@ -485,3 +485,30 @@ def test_lookup_grades_its_proposals_by_the_ngram_it_matched() -> None:
     assert p.tokens == (9, 4, 3) and p.grade == 1
     d.reset()
     assert d.propose([1, 2, 3], draft_len=4).grade == 0  # no match, no proposal
+
+
+class _Recorder(DraftController):
+    """The default controller, recording each round it is told of."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.told: list[tuple[str | None, int]] = []
+
+    def observe(self, *, choice, drafted, **kw):  # type: ignore[override]
+        self.told.append((choice.drafter, drafted))
+        super().observe(choice=choice, drafted=drafted, **kw)
+
+
+def test_every_round_is_told_to_the_controller_the_last_tokens_too(fake_clock: FakeClock) -> None:
+    # a round with one token left cannot draft; it is still a round of the target alone, and its
+    # seconds measure a for free (it resets the target alone's retry), so the controller is told
+    target, draft = pair(seed=3, noise=0.0, fake_clock=fake_clock)
+    ends = []
+    for max_tokens in range(2, 24):
+        ctl = _Recorder()
+        gen = generate(target=target, prompt=[1, 2], drafters=[ModelDrafter(draft)], max_tokens=max_tokens,
+                       controller=ctl, speculative=spec(4)).run()
+        assert len(ctl.told) == gen.stats.rounds == sum(gen.stats.k_hist.values()), max_tokens
+        assert ctl.told.count((None, 0)) == gen.stats.k_hist.get(0, 0)
+        ends.append(ctl.told[-1])
+    assert ends.count((None, 0)) >= 3  # runs that ended on a round of one token left

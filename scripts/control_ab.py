@@ -1,15 +1,19 @@
-"""The lookup check's A/B, in lockstep (the record of 33bef66's measurement).
+"""A change of the draft controller's settings, A/B in lockstep on the real default pair.
 
 Arms, each on its own fork of the default pair, warmed by one untimed generation, run step by step
 together on each prompt (ggufspec.bench.lockstep): the target alone, fixed K = 8 (Q4_1), the
-default controller without the check (`ControlSettings(check_rounds=0)`, "old") and the default
-("new"), one controller per arm kept across prompts. The tuned prompt set, 128 tokens, greedy.
+default pair's drafters under `ControlSettings(**OLD)` ("old") and under `ControlSettings(**NEW)`
+("new"; the defaults where not given), one controller per arm kept across prompts. A prompt set
+(tuned unless told: decisions are made on it only), 128 tokens, greedy.
 
-    .venv/bin/python scripts/check_ab.py PASSES OUT.json [CATEGORY,...]   # 2 passes: ~15 min on the 2-core EPYC
-    .venv/bin/python scripts/check_ab.py --report OUT.json
+    .venv/bin/python scripts/control_ab.py PASSES OUT.json --old check_rounds=0 [--new KEY=VAL ...]
+        [--set tuned|heldout] [--categories chat,code]   # 2 passes of the tuned set: ~15 min on the 2-core EPYC
+    .venv/bin/python scripts/control_ab.py --report OUT.json
 
-Measured (2 passes x 34 prompts): new / old 1.011 [1.002-1.020] per prompt (geometric mean, 90%
-bootstrap), chat 1.019 [1.007-1.031], summaries 0.994.
+Measured:
+- the lookup check (33bef66), `--old check_rounds=0`, 2 passes x 34 tuned prompts: new / old
+  1.011 [1.002-1.020] per prompt (geometric mean, 90% bootstrap), chat 1.019 [1.007-1.031],
+  summaries 0.994.
 """
 import collections, json, math, random, statistics as st, sys, time
 
@@ -28,29 +32,55 @@ def report(path: str) -> None:
               + f"  new/old per run {gm(xs):.3f} [{b[100]:.3f}-{b[1900]:.3f}]")
 
 
+def _settings(pairs: list[str]):
+    from ggufspec.control import ControlSettings
+
+    fields = {f: type(getattr(ControlSettings(), f)) for f in ControlSettings.__dataclass_fields__}
+    kw = {}
+    for kv in pairs:
+        key, _, val = kv.partition("=")
+        if key not in fields or not val:
+            sys.exit(f"error: {kv!r} is no ControlSettings field=value; fields: {', '.join(fields)}")
+        kw[key] = val.lower() in ("1", "true", "yes") if fields[key] is bool else fields[key](val)
+    return ControlSettings(**kw)
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--report"]:
         report(sys.argv[2])
         return
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("passes", type=int)
+    ap.add_argument("out")
+    ap.add_argument("--old", nargs="*", default=[], metavar="KEY=VAL")
+    ap.add_argument("--new", nargs="*", default=[], metavar="KEY=VAL")
+    ap.add_argument("--set", default="tuned", choices=("tuned", "heldout"))
+    ap.add_argument("--categories", default=None)
+    args = ap.parse_args()
+    old, new = _settings(args.old), _settings(args.new)
+    if old == new:
+        sys.exit("error: the two arms' settings are the same; give --old (and --new) KEY=VAL")
+
     from ggufspec.bench.lockstep import interleave
     from ggufspec.bench.prompts import load_prompts
-    from ggufspec.control import ControlSettings, DraftController
+    from ggufspec.control import DraftController
     from ggufspec.drafters import DraftLengthSettings
     from ggufspec.engine import SpeculativeSettings, generate
     from ggufspec.runtime import load_pair
     from ggufspec.sampling import SamplingSettings
     from ggufspec.settings import ContextSettings, PairSettings
 
-    passes, out = int(sys.argv[1]), sys.argv[2]
-    cats = sys.argv[3].split(",") if len(sys.argv) > 3 else None
-    prompts = [p for p in load_prompts(prompt_set="tuned") if cats is None or p.category in cats]
+    cats = args.categories.split(",") if args.categories else None
+    prompts = [p for p in load_prompts(prompt_set=args.set) if cats is None or p.category in cats]
     pair = load_pair(settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=0, n_gpu_layers_draft=0))
     model = [d for d in pair.drafters if d.name != "lookup"]
     arms = {
         "alone": ((), SpeculativeSettings(), None),
         "K8": (model, SpeculativeSettings(length=DraftLengthSettings(fixed=True)), None),
-        "old": (list(pair.drafters), SpeculativeSettings(), lambda: DraftController(settings=ControlSettings(check_rounds=0))),
-        "new": (list(pair.drafters), SpeculativeSettings(), DraftController),
+        "old": (list(pair.drafters), SpeculativeSettings(), lambda: DraftController(settings=old)),
+        "new": (list(pair.drafters), SpeculativeSettings(), lambda: DraftController(settings=new)),
     }
     toks = {p.id: pair.encode(messages=p.messages) for p in prompts}
     lanes = {arm: pair.fork(list(ds)) for arm, (ds, _, _) in arms.items()}
@@ -64,7 +94,7 @@ def main() -> None:
         gen(arm, prompts[0].id, DraftController()).run()  # warm the lane
     ctls = {arm: (make() if make else None) for arm, (_, _, make) in arms.items()}
     res = collections.defaultdict(list)
-    for r in range(passes):
+    for r in range(args.passes):
         for p in prompts:
             gens = [gen(a, p.id, ctls[a]) for a in arms]
             busy = interleave(gens)
@@ -72,10 +102,11 @@ def main() -> None:
                 res[f"{a}|{p.id}"].append(len(g.tokens) / max(1e-9, b - g.stats.prompt_s))
                 if a in ("old", "new"):
                     res[f"{a}|{p.id}|stats"].append([g.stats.rounds, g.stats.checks, g.stats.checks_failed,
-                                                     dict(g.stats.drafter_rounds)])
-        print(f"pass {r + 1}/{passes} {time.strftime('%H:%M:%S')}", flush=True)
-        json.dump({"cat": {p.id: p.category for p in prompts}, "res": res}, open(out, "w"))
-    report(out)
+                                                     dict(g.stats.drafter_rounds), dict(g.stats.k_hist)])
+        print(f"pass {r + 1}/{args.passes} {time.strftime('%H:%M:%S')}", flush=True)
+        json.dump({"cat": {p.id: p.category for p in prompts}, "res": res,
+                   "old": args.old, "new": args.new, "set": args.set}, open(args.out, "w"))
+    report(args.out)
 
 
 if __name__ == "__main__":
