@@ -84,6 +84,10 @@ Check: a free drafter's proposal chosen while this generation has judged fewer t
 its first; where they differ the round is the model's (`_check`). Its pooled curve prices a grade
 by past prompts, and lookup's worth is the prompt's.
 
+Extension: a draft model's full proposal takes as much of lookup's continuation of it as pays
+for its verify rows (`extend`): free where lookup matches, and a longer K of the model would not
+pay (its drafts cost 0.35 target steps each here, a verify row 0.17).
+
 Lossless: `choose` sees past rounds and the history only (a free drafter's proposal is a
 function of the history), never the target's output for the round it decides.
 
@@ -498,6 +502,11 @@ class DraftController:
     # ---- the decision -------------------------------------------------------------------------
 
     @staticmethod
+    def _extension_key(name: str, grade: int) -> str:
+        """The curve of free drafter `name`'s continuations of a model's drafts, of `grade` (`extend`)."""
+        return f"{name}+{grade}"
+
+    @staticmethod
     def _key(name: str, grade: int) -> str:
         """The source a drafter's proposal of `grade` counts for: a free drafter's grades are
         separate sources (their own acceptance curve and realized rate); grade 0 is the drafter."""
@@ -705,6 +714,39 @@ class DraftController:
         best = self.best_len(name, lo=lo, cap=cap, optimistic=True)
         return best[0] if best is not None else k
 
+    def extend(self, name: str, *, draft_len: int, free: str, grade: int, match_len: int) -> int:
+        """Tokens of free drafter `free`'s continuation (`grade`, `match_len` tokens) to append to
+        draft model `name`'s full proposal of `draft_len` tokens: the longest e whose last token
+        still pays for its verify row,
+            pi_name(draft_len) * pi_free(e) / R >= v
+        (the appended token j counts only where the model's drafts and the j - 1 before it are all
+        kept; it is worth 1 / R seconds at the best rate R; it costs one more verify row, v, the
+        verify line's slope). Free: the continuation is lookup's match on the history and the
+        model's drafts, no model call; lossless: a function of them (q one-hot). On the default
+        pair a 9-row verify costs 1.87 target steps and each row about 0.17 more, a drafted token
+        0.35: a continuation kept half the time pays for itself where a longer K of the model
+        would not (replayed over both sets' greedy traces, fixed K = 8 with up to 4 tokens of a
+        2- or 3-gram match appended: +4-8% on code, summaries and maths, 0-4% on chat).
+
+        pi_free is the continuation's own curve (`_extension_key`: per free drafter and grade, a
+        free drafter's two levels: this generation's counts over its pooled curve), learned from
+        the rounds that appended one and kept the model's drafts: how lookup's match at a round's
+        start fares says little of its match after a model's drafts (on the tuned summaries,
+        priced by lookup#3's curve, sum-04 appended 27 tokens and kept 1)."""
+        if match_len <= 0 or draft_len <= 0 or name not in self._drafters or self.base_s() is None:
+            return 0
+        key = self._extension_key(free, grade)
+        self._model(key, True)
+        full = self.prefix_accept(name, draft_len)[-1]
+        rate = max(self._rates.values(), default=0.0) or (1.0 / self.base_s())  # type: ignore[operator]
+        v = self.verify_s(draft_len + 1) - self.verify_s(draft_len)  # type: ignore[operator]
+        e = 0
+        for pi in self.prefix_accept(key, match_len):
+            if full * pi / rate < v:
+                break
+            e += 1
+        return e
+
     # ---- learning -----------------------------------------------------------------------------
 
     def observe(
@@ -723,6 +765,9 @@ class DraftController:
         draft_first_s: float | None = None,
         draft_calls: int = 0,
         check_s: float = 0.0,
+        extended: int = 0,
+        extended_by: str | None = None,
+        extended_grade: int = 0,
     ) -> None:
         """A round ended: `choice` ran, `drafted` tokens were verified, `accepted` kept, `emitted`
         tokens came out (accepted + 1) in `round_s` seconds (drafting, verify and our Python; not a
@@ -733,7 +778,9 @@ class DraftController:
         `draft_first_s`: of `draft_s`, the seconds of the draft's first call, of `draft_calls`
         (None: not told; `draft_s` is then priced per drafted token). `check_s`: of `round_s`, the
         seconds a draft model spent checking the free proposal that ran (`_check`): the source's
-        cost, not the verify's nor the model's drafting."""
+        cost, not the verify's nor the model's drafting. `extended`: of `drafted`, the last tokens
+        free drafter `extended_by` appended to the model's (`extend`, its match of `extended_grade`):
+        verify rows, not the model's drafts; judged where the model's drafts were all kept."""
         st = self.settings
         if choice.drafter is not None and choice.grade:
             choice = replace(choice, drafter=self._key(choice.drafter, choice.grade))
@@ -742,7 +789,7 @@ class DraftController:
         if name is not None:
             model = self._model(name, free)
             if not self.timed:  # nominal costs: the priors, exactly
-                draft_s = drafted * model.b_prior
+                draft_s = (drafted - extended) * model.b_prior
                 check_s = B_MODEL if check_s > 0 else 0.0
                 round_s = 1.0 + (_V0 + _V1 * drafted if drafted else 0.0) + draft_s + check_s
         elif not self.timed:
@@ -765,9 +812,14 @@ class DraftController:
                 if draft_calls >= 2:
                     m.per_token.add(self.round, max(0.0, draft_s - draft_first_s) / (draft_calls - 1))
             else:
-                m.per_token.add(self.round, max(0.0, draft_s) / drafted)
-            self._verify.setdefault(drafted, Samples(st.window)).add(self.round, vp)
-            self._record_accepts(name, drafted, accepted, emitted)
+                m.per_token.add(self.round, max(0.0, draft_s) / max(1, drafted - extended))
+            self._verify.setdefault(drafted, Samples(st.window)).add(self.round, vp)  # rows, whoever proposed them
+            own = drafted - extended  # the model's drafts: its curve's positions
+            self._record_accepts(name, own, min(accepted, own), emitted)
+            if extended and extended_by is not None and accepted >= own:  # the continuation was judged
+                key = self._extension_key(extended_by, extended_grade)
+                self._model(key, True)
+                self._record_accepts(key, extended, accepted - own, emitted - own)
         if name is not None and catchup_tokens > SYNCED and self.timed:
             self._model(name, free).catchup.add(self.round, catchup_s / catchup_tokens)
         for other, v in by_source.items():
@@ -777,7 +829,7 @@ class DraftController:
         # realized throughput of the source, its seconds winsorized at `winsor` model round times
         src = self._source(NONE if name is None else name)
         a = self.base_s() or round_s
-        d_s = (self.draft_cost_s(name, drafted) or 0.0) if name is not None else 0.0
+        d_s = (self.draft_cost_s(name, drafted - extended) or 0.0) if name is not None else 0.0
         cap = st.winsor * ((self.verify_s(drafted) or a) + d_s)
         charged_s = min(round_s, cap) + self._induced_s(name, free, emitted)  # the catch-up it leaves, too
         src.add(emitted, charged_s, pool=st.pool_decay, current=st.decay)

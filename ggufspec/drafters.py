@@ -6,7 +6,7 @@ distributions q they were drawn from (None = deterministic, q one-hot).
 
 One name per concept, from the flag to this module: `--draft-max` -> `DraftLengthSettings.draft_max`
 (the most tokens a round drafts), `--draft-min` -> `draft_min`, `--draft-p-min` -> `draft_p_min`,
-`--fixed` -> `fixed`, `--always-draft` -> `always_draft`; `draft_len` is what one round asks for
+`--draft-extend` -> `draft_extend` (lookup's tokens appended to a model's draft, beyond draft_max), `--fixed` -> `fixed`, `--always-draft` -> `always_draft`; `draft_len` is what one round asks for
 (chosen by ggufspec.control, or draft_max with --fixed).
 """
 
@@ -21,7 +21,7 @@ from ggufspec import clock
 from ggufspec.errors import UserError
 from ggufspec.kvshare import import_pays
 from ggufspec.sampling import SamplingSettings, probabilities, sample
-from ggufspec.settings import DRAFT_MAX, LookupSettings
+from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX, LookupSettings
 from ggufspec.target import Target
 
 
@@ -106,13 +106,16 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class DraftLengthSettings:
-    """--draft-max, --draft-min, --draft-p-min, --fixed and --always-draft."""
+    """--draft-max, --draft-min, --draft-p-min, --draft-extend, --fixed and --always-draft."""
 
     draft_max: int = DRAFT_MAX  # most tokens one round drafts (the controller's largest K)
     draft_min: int = 0  # a shorter draft is not verified (the round runs the target alone)
     draft_p_min: float = 0.0  # confidence stop: stop drafting when the draft's top p falls below
     fixed: bool = False  # no controller: the first drafter drafts draft_max every round
     always_draft: bool = False  # the controller never chooses the target alone (K = 0)
+    # most tokens of prompt lookup's continuation appended to a draft model's full proposal, where
+    # the controller finds they pay for their verify rows (DraftController.extend; 0: never)
+    draft_extend: int = DRAFT_EXTEND
 
     def __post_init__(self) -> None:
         if self.draft_max < 1:
@@ -121,6 +124,8 @@ class DraftLengthSettings:
             raise UserError(f"draft-min must be in [0, draft-max={self.draft_max}], got {self.draft_min}")
         if not 0.0 <= self.draft_p_min < 1.0:
             raise UserError(f"draft-p-min must be in [0, 1), got {self.draft_p_min}")
+        if self.draft_extend < 0:
+            raise UserError(f"draft-extend must be >= 0, got {self.draft_extend}")
 
 
 # ---- a draft model -------------------------------------------------------------------------
@@ -321,12 +326,24 @@ class LookupDrafter:
         if draft_len <= 0 or len(history) < 2:
             return Draft((), ())
         self._update(history)
+        return self._match(history, draft_len)
+
+    def continue_after(self, history: Sequence[int], drafts: Sequence[int], *, draft_len: int) -> Draft:
+        """Up to `draft_len` tokens to follow `history` + `drafts` (a draft model's proposal, not
+        yet verified): the continuation of its last n-gram's latest occurrence, matched in the
+        index of `history` alone (the drafts are not indexed: they may be rejected)."""
+        if draft_len <= 0 or not drafts or len(history) < 2:
+            return Draft((), ())
+        self._update(history)
+        return self._match([*history, *drafts], draft_len)
+
+    def _match(self, seq: Sequence[int], draft_len: int) -> Draft:
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
-            if len(history) < n:
+            if len(seq) < n:
                 continue
-            end = self._index.get(tuple(history[-n:]))
+            end = self._index.get(tuple(seq[-n:]))
             if end is not None:
-                cont = tuple(history[end : end + draft_len])
+                cont = tuple(seq[end : end + draft_len])
                 if cont:
                     return Draft(cont, (None,) * len(cont), grade=n)
         return Draft((), ())

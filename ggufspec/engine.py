@@ -215,9 +215,9 @@ def _steps(
     # rule and drafts: rejection sampling needs the draft's q, so its drafts are sampled from q;
     # greedy and match take argmax drafts (q one-hot), as llama.cpp does
     sampled_drafts = rule is AcceptRule.REJECTION
-    drafted_at = [0] * lengths.draft_max
-    accepted_at = [0] * lengths.draft_max
-    drafted = accepted = rounds = paused = checks = checks_failed = 0
+    drafted_at = [0] * (lengths.draft_max + lengths.draft_extend)  # (a model's drafts and lookup's continuation)
+    accepted_at = [0] * (lengths.draft_max + lengths.draft_extend)
+    drafted = accepted = rounds = paused = checks = checks_failed = extended = extended_accepted = 0
     k_hist: dict[int, int] = {}
     drafter_rounds: dict[str, int] = {}
     draft_s = verify_s = 0.0
@@ -279,15 +279,15 @@ def _steps(
             drafter_rounds=drafter_rounds,
             checks=checks,
             checks_failed=checks_failed,
+            extended=extended,
+            extended_accepted=extended_accepted,
         )
 
-    pending: list[tuple[int, Source]] = [(first, Source.TARGET)]
-    proposer: str | None = None  # who drafted the pending DRAFT tokens
+    pending: list[tuple[int, Source, str | None]] = [(first, Source.TARGET, None)]  # (token, source, who drafted it)
     try:
         while True:
             # ---- emit what the last round produced, stopping where the request says -----------
-            for tok, src in pending:
-                who = proposer if src is Source.DRAFT else None
+            for tok, src, who in pending:
                 history.append(tok)
                 generated += 1
                 if model.is_eog(tok):
@@ -319,6 +319,7 @@ def _steps(
             proposals: dict[str, Draft] = {}  # free drafters' proposals, asked before the choice
             draft_tokens: tuple[int, ...] = ()
             q_rows: tuple = ()
+            appended: tuple[str | None, int, int] = (None, 0, 0)  # (free drafter, tokens, grade) appended to a model's draft
             round_draft_s = catchup_s = check_s = 0.0
             caught_up = 0
             first: tuple[float | None, int] = (None, 0)  # the draft's first call (seconds) and its calls
@@ -365,6 +366,13 @@ def _steps(
                     draft_s += d.decode_s
                     if len(d.tokens) >= lengths.draft_min:
                         draft_tokens, q_rows = d.tokens, d.q_rows
+                        if controller is not None and choice.drafter not in proposals and len(d.tokens) == choice.draft_len:
+                            # a model's full proposal: lookup's continuation of it, as much as pays
+                            room = min(lengths.draft_extend, remaining - 1 - len(d.tokens), target.n_batch - 1 - len(d.tokens))
+                            by, ext = _extension(controller, choice.drafter, d.tokens, drafters, history, room=room)
+                            if ext.tokens:
+                                draft_tokens, q_rows = d.tokens + ext.tokens, d.q_rows + ext.q_rows
+                                appended = (by, len(ext.tokens), ext.grade)
             elif controller is not None and drafters and draft_max <= 0:
                 # one token left: a round of the target alone whatever the controller would say,
                 # and a free measurement of its cost, a (it resets the retry of the target alone)
@@ -387,7 +395,7 @@ def _steps(
                     _observe(controller, choice, proposals, drafted=0, accepted=0, emitted=[tok],
                              round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s,
                              catchup=(caught_up, catchup_s), first=first, check_s=check_s)
-                pending = [(tok, Source.TARGET)]
+                pending = [(tok, Source.TARGET, None)]
                 continue
             if rule is AcceptRule.GREEDY:
                 argmax = [int(np.argmax(target.logits(i))) for i in range(kd + 1)]
@@ -407,13 +415,16 @@ def _steps(
             for i in range(kd):
                 drafted_at[i] += 1
                 accepted_at[i] += i < n
+            own = kd - appended[1]  # the chosen drafter's tokens; lookup's continuation after them
+            extended += appended[1]
+            extended_accepted += max(0, n - own)
             if controller is not None and choice is not None:
                 _observe(controller, choice, proposals, drafted=kd, accepted=n, emitted=[*draft_tokens[:n], verdict.token],
                          round_s=clock.now() - t_round - catchup_s, draft_s=round_draft_s,
-                         catchup=(caught_up, catchup_s), first=first, check_s=check_s)
+                         catchup=(caught_up, catchup_s), first=first, check_s=check_s, extended=appended)
             proposer = choice.drafter if choice is not None else None
-            pending = [(x, Source.DRAFT) for x in draft_tokens[:n]]
-            pending.append((verdict.token, Source.BONUS if verdict.bonus else Source.CORRECTION))
+            pending = [(x, Source.DRAFT, proposer if i < own else appended[0]) for i, x in enumerate(draft_tokens[:n])]
+            pending.append((verdict.token, Source.BONUS if verdict.bonus else Source.CORRECTION, None))
     except GeneratorExit:
         stop_reason = "cancelled"
         raise
@@ -426,6 +437,7 @@ def _observe(
     controller: DraftController, choice: Choice, proposals: dict[str, Draft], *, drafted: int, accepted: int,
     emitted: Sequence[int], round_s: float, draft_s: float, catchup: tuple[int, float] = (0, 0.0),
     first: tuple[float | None, int] = (None, 0), check_s: float = 0.0,
+    extended: tuple[str | None, int, int] = (None, 0, 0),
 ) -> None:
     """Tell the controller how the round went, and score the free drafters it did not pick against
     the tokens the target emitted (full information: no extra target call)."""
@@ -434,7 +446,29 @@ def _observe(
     controller.observe(choice=choice, drafted=drafted, accepted=accepted, emitted=len(emitted), round_s=round_s,
                        draft_s=draft_s, free=choice.drafter in proposals, scored=scored,
                        catchup_tokens=catchup[0], catchup_s=catchup[1],
-                       draft_first_s=first[0], draft_calls=first[1], check_s=check_s)
+                       draft_first_s=first[0], draft_calls=first[1], check_s=check_s,
+                       extended=extended[1], extended_by=extended[0], extended_grade=extended[2])
+
+
+def _extension(
+    controller: DraftController, model: str, drafts: tuple[int, ...], drafters: Sequence[Drafter],
+    history: Sequence[int], *, room: int,
+) -> tuple[str | None, Draft]:
+    """(free drafter, its tokens) to append to draft model `model`'s full proposal `drafts`: a free
+    drafter's continuation of history + drafts, as many tokens as pay for their verify rows
+    (`DraftController.extend`), at most `room`. Lossless: a function of the history and the
+    drafts (q one-hot), so each position's q is still what drew its token."""
+    if room <= 0:
+        return None, Draft((), ())
+    for d in drafters:
+        after = getattr(d, "continue_after", None)
+        if not getattr(d, "free", False) or after is None:
+            continue
+        cont = after(history, drafts, draft_len=room)
+        e = controller.extend(model, draft_len=len(drafts), free=d.name, grade=cont.grade, match_len=len(cont.tokens))
+        if e > 0:
+            return d.name, Draft(cont.tokens[:e], cont.q_rows[:e], grade=cont.grade)
+    return None, Draft((), ())
 
 
 def _checked(

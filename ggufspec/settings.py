@@ -99,6 +99,7 @@ class ModelSettings:
 # means); a paired real A/B over both sets (116 pairs) read 1.001 [0.978-1.024], with 18% fewer
 # rounds: longer rounds cost about what they save.
 DRAFT_MAX = 8
+DRAFT_EXTEND = 4  # most tokens of lookup's continuation appended to a model's draft (--draft-extend)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,6 +34,8 @@ class RunStats:
     cached_tokens: int = 0  # prompt tokens reused from the target's KV cache (prefix reuse)
     checks: int = 0  # rounds whose free proposal (lookup) was checked by the draft model's first token
     checks_failed: int = 0  # ... of them, where the two differed and the draft model's round ran instead
+    extended: int = 0  # tokens of lookup's continuation appended to draft models' proposals (DraftController.extend)
+    extended_accepted: int = 0  # ... of them, accepted
 
     @property
     def overhead_s(self) -> float:

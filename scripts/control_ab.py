@@ -2,8 +2,8 @@
 
 Arms, each on its own fork of the default pair, warmed by one untimed generation, run step by step
 together on each prompt (ggufspec.bench.lockstep): the target alone, fixed K = 8 (Q4_1), the
-default pair's drafters under `ControlSettings(**OLD)` ("old") and under `ControlSettings(**NEW)`
-("new"; the defaults where not given), one controller per arm kept across prompts. A prompt set
+default pair's drafters under `ControlSettings(**OLD)` and `DraftLengthSettings(**OLD)` ("old";
+KEY names a field of either) and under NEW ("new"; the defaults where not given), one controller per arm kept across prompts. A prompt set
 (tuned unless told: decisions are made on it only), 128 tokens, greedy.
 
     .venv/bin/python scripts/control_ab.py PASSES OUT.json --old check_rounds=0 [--new KEY=VAL ...]
@@ -33,16 +33,21 @@ def report(path: str) -> None:
 
 
 def _settings(pairs: list[str]):
+    """(ControlSettings, DraftLengthSettings) from KEY=VAL pairs naming fields of either."""
     from ggufspec.control import ControlSettings
+    from ggufspec.drafters import DraftLengthSettings
 
-    fields = {f: type(getattr(ControlSettings(), f)) for f in ControlSettings.__dataclass_fields__}
-    kw = {}
+    fields = {f: (ControlSettings, type(getattr(ControlSettings(), f))) for f in ControlSettings.__dataclass_fields__}
+    fields.update({f: (DraftLengthSettings, type(getattr(DraftLengthSettings(), f)))
+                   for f in ("draft_max", "draft_extend", "draft_p_min")})
+    kw: dict = {ControlSettings: {}, DraftLengthSettings: {}}
     for kv in pairs:
         key, _, val = kv.partition("=")
         if key not in fields or not val:
-            sys.exit(f"error: {kv!r} is no ControlSettings field=value; fields: {', '.join(fields)}")
-        kw[key] = val.lower() in ("1", "true", "yes") if fields[key] is bool else fields[key](val)
-    return ControlSettings(**kw)
+            sys.exit(f"error: {kv!r} is no field=value of ControlSettings or DraftLengthSettings; fields: {', '.join(fields)}")
+        cls, typ = fields[key]
+        kw[cls][key] = val.lower() in ("1", "true", "yes") if typ is bool else typ(val)
+    return ControlSettings(**kw[ControlSettings]), DraftLengthSettings(**kw[DraftLengthSettings])
 
 
 def main() -> None:
@@ -59,8 +64,8 @@ def main() -> None:
     ap.add_argument("--set", default="tuned", choices=("tuned", "heldout"))
     ap.add_argument("--categories", default=None)
     args = ap.parse_args()
-    old, new = _settings(args.old), _settings(args.new)
-    if old == new:
+    (old, old_len), (new, new_len) = _settings(args.old), _settings(args.new)
+    if (old, old_len) == (new, new_len):
         sys.exit("error: the two arms' settings are the same; give --old (and --new) KEY=VAL")
 
     from ggufspec.bench.lockstep import interleave
@@ -79,8 +84,8 @@ def main() -> None:
     arms = {
         "alone": ((), SpeculativeSettings(), None),
         "K8": (model, SpeculativeSettings(length=DraftLengthSettings(fixed=True)), None),
-        "old": (list(pair.drafters), SpeculativeSettings(), lambda: DraftController(settings=old)),
-        "new": (list(pair.drafters), SpeculativeSettings(), lambda: DraftController(settings=new)),
+        "old": (list(pair.drafters), SpeculativeSettings(length=old_len), lambda: DraftController(settings=old)),
+        "new": (list(pair.drafters), SpeculativeSettings(length=new_len), lambda: DraftController(settings=new)),
     }
     toks = {p.id: pair.encode(messages=p.messages) for p in prompts}
     lanes = {arm: pair.fork(list(ds)) for arm, (ds, _, _) in arms.items()}
@@ -102,7 +107,8 @@ def main() -> None:
                 res[f"{a}|{p.id}"].append(len(g.tokens) / max(1e-9, b - g.stats.prompt_s))
                 if a in ("old", "new"):
                     res[f"{a}|{p.id}|stats"].append([g.stats.rounds, g.stats.checks, g.stats.checks_failed,
-                                                     dict(g.stats.drafter_rounds), dict(g.stats.k_hist)])
+                                                     dict(g.stats.drafter_rounds), dict(g.stats.k_hist),
+                                                     g.stats.extended, g.stats.extended_accepted])
         print(f"pass {r + 1}/{args.passes} {time.strftime('%H:%M:%S')}", flush=True)
         json.dump({"cat": {p.id: p.category for p in prompts}, "res": res,
                    "old": args.old, "new": args.new, "set": args.set}, open(args.out, "w"))

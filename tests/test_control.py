@@ -757,3 +757,50 @@ def test_a_checks_seconds_are_the_sources_cost_not_the_verifys() -> None:
     assert checked.verify_s(8) == pytest.approx(plain.verify_s(8))
     rate = {n: c.throughput("lookup#3", None) for n, c in (("plain", plain), ("checked", checked))}
     assert rate["checked"] == pytest.approx(rate["plain"] * _verify(8) / (_verify(8) + 0.4 * A), rel=1e-6)
+
+
+def test_lookups_continuation_of_a_full_model_draft_is_appended_as_far_as_it_pays() -> None:
+    # a model kept whole at K = 8 (9 tokens in V(8) + 8 b: 1.66 tokens a target step), and lookup's
+    # grade-3 continuations of its drafts (4 tokens appended each round) kept `right` tokens: the
+    # continuation's curve is learned from those rounds, and a token is appended while
+    # pi_model(8) * pi(e) / R pays for a verify row (0.06 a here, so while pi(e) >= ~0.1)
+    def warm(model_kept: int, right: int) -> DraftController:
+        ctrl = DraftController()
+        ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=_verify(0))
+        for _ in range(30):
+            acc = model_kept + (right if model_kept == 8 else 0)
+            ctrl.observe(choice=Choice("m", 8), drafted=12, accepted=acc, emitted=acc + 1,
+                         round_s=_verify(12) + 8 * 0.45 * A, draft_s=8 * 0.45 * A,
+                         extended=4, extended_by="lookup", extended_grade=3)
+        return ctrl
+
+    ctrl = warm(8, 2)
+    assert ctrl.extend("m", draft_len=8, free="lookup", grade=3, match_len=4) == 2
+    assert ctrl.extend("m", draft_len=8, free="lookup", grade=3, match_len=1) == 1
+    assert warm(8, 4).extend("m", draft_len=8, free="lookup", grade=3, match_len=4) == 4
+    assert warm(8, 0).extend("m", draft_len=8, free="lookup", grade=3, match_len=4) == 0
+    # a model rarely kept whole: its continuation is seldom judged, and seldom worth a row
+    assert warm(1, 4).extend("m", draft_len=8, free="lookup", grade=3, match_len=4) == 0
+    # a grade never appended: the prior curve (alpha0 = 0.6 a token; 0.6^4 = 0.13 still pays a
+    # row this cheap), and at the default pair's costs (v = 0.17 a, 1.5 tokens a step) two tokens
+    assert ctrl.extend("m", draft_len=8, free="lookup", grade=2, match_len=4) == 4
+    # this generation's counts decide, the pooled curve their prior: a new prompt on which the
+    # continuation is kept whole appends all of it after 3 rounds
+    ctrl.begin(prefilled=[])
+    for _ in range(3):
+        ctrl.observe(choice=Choice("m", 8), drafted=12, accepted=12, emitted=13, round_s=_verify(12) + 8 * 0.45 * A,
+                     draft_s=8 * 0.45 * A, extended=4, extended_by="lookup", extended_grade=3)
+    assert ctrl.extend("m", draft_len=8, free="lookup", grade=3, match_len=4) == 4
+
+
+def test_an_extended_rounds_extra_rows_are_verify_rows_not_the_models_drafts() -> None:
+    # a round of 8 model drafts and 3 tokens of lookup's continuation, all kept: the model's curve
+    # counts 8 positions, the verify line a sample at 11 rows, the draft cost 8 tokens
+    ctrl = DraftController()
+    ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A)
+    ctrl.observe(choice=Choice("m", 8), drafted=11, accepted=11, emitted=12, round_s=_verify(11) + 8 * 0.45 * A,
+                 draft_s=8 * 0.45 * A, extended=3)
+    m = ctrl._drafters["m"]
+    assert len(m.drafted_at) == 8 and m.accepted_at == m.drafted_at
+    assert list(ctrl._verify) == [11] and len(ctrl._verify[11]) == 1
+    assert ctrl.per_token_s("m") == pytest.approx(0.45 * A)

@@ -44,8 +44,10 @@ def pair(*, seed: int = 0, noise: float = 0.6, n_ctx: int = 256, vocab: FakeVoca
     return target, draft
 
 
-def spec(draft_max: int = 4, *, fixed: bool = False, always_draft: bool = False, **kw) -> SpeculativeSettings:
-    return SpeculativeSettings(length=DraftLengthSettings(draft_max=draft_max, fixed=fixed, always_draft=always_draft), **kw)
+def spec(draft_max: int = 4, *, fixed: bool = False, always_draft: bool = False, draft_extend: int = 4,
+         **kw) -> SpeculativeSettings:
+    return SpeculativeSettings(length=DraftLengthSettings(draft_max=draft_max, fixed=fixed, always_draft=always_draft,
+                                                          draft_extend=draft_extend), **kw)
 
 
 def check_caches(gen: Generation, target: FakeModel, draft: FakeModel | None, prompt: Sequence[int]) -> None:
@@ -512,3 +514,71 @@ def test_every_round_is_told_to_the_controller_the_last_tokens_too(fake_clock: F
         assert ctl.told.count((None, 0)) == gen.stats.k_hist.get(0, 0)
         ends.append(ctl.told[-1])
     assert ends.count((None, 0)) >= 3  # runs that ended on a round of one token left
+
+
+# ---- lookup's continuation appended to a model's draft (DraftController.extend) ---------------
+
+
+class _AlwaysExtend(DraftController):
+    """The model drafts every round (`k` tokens, or the controller's choice), and its full
+    proposal takes lookup's whole continuation (the path under test)."""
+
+    def __init__(self, k: int | None = None) -> None:
+        super().__init__()
+        self.k = k
+
+    def choose(self, *, drafters, draft_max, draft_min=0, allow_none=True, remaining=None):  # type: ignore[override]
+        if self.k is None:
+            return super().choose(drafters=drafters, draft_max=draft_max, draft_min=draft_min,
+                                  allow_none=allow_none, remaining=remaining)
+        return Choice("model", min(self.k, draft_max))
+
+    def extend(self, name, *, draft_len, free, grade, match_len):  # type: ignore[override]
+        return match_len
+
+
+def test_extended_drafts_greedy_equals_an_independent_reference(fake_clock: FakeClock) -> None:
+    used: Counter = Counter()
+    for seed in range(8):
+        target, draft = pair(seed=seed, fake_clock=fake_clock, order=1 + seed % 2, noise=0.3)
+        prompt = [seed % V, (3 * seed + 1) % V, 5, seed % V, (3 * seed + 1) % V]
+        ref = greedy_reference(target.lm, VOCAB, prompt, max_tokens=64, n_ctx=target.n_ctx)
+        for controller, extend in ((_AlwaysExtend(), 4), (_AlwaysExtend(3), 2), (DraftController(), 4)):
+            gen = generate(target=target, prompt=prompt, drafters=[ModelDrafter(draft), LookupDrafter()], max_tokens=64,
+                           controller=controller, speculative=spec(4, draft_extend=extend))
+            steps = list(gen)
+            assert gen.tokens == ref, (seed, extend)
+            s = gen.stats
+            assert sum(k * n for k, n in s.k_hist.items()) == s.drafted and max(s.k_hist) <= 4 + extend
+            per = Counter(x.drafter for x in steps if x.source is Source.DRAFT)
+            assert sum(per.values()) == s.accepted
+            if "lookup" not in s.drafter_rounds:  # a model round's accepted continuation is lookup's
+                assert per["lookup"] == s.extended_accepted
+            used.update(extended=s.extended, kept=s.extended_accepted)
+    assert used["extended"] > 100 and 0 < used["kept"] < used["extended"], used
+
+
+@pytest.mark.parametrize("rule", [AcceptRule.REJECTION, AcceptRule.MATCH], ids=["rejection", "match"])
+def test_extended_drafts_keep_the_target_distribution(rule: AcceptRule, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the model's sampled drafts (their q rows) and lookup's continuation of them (one-hot: a
+    # function of the history and the drafts) in one verify: the output is still the target's
+    n_vocab, n_tokens, runs = 3, 5, 4000
+    vocab = FakeVocab([bytes([97 + i]) for i in range(n_vocab)])
+    t_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0)
+    d_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0, noise=0.4)
+    prompt = [1, 2, 0, 1, 2, 0]
+    sampling_kw = {"temperature": 0.8, "top_p": 0.95}
+    exact = _target_alone_distribution(t_lm, prompt, n_tokens, SamplingSettings(**sampling_kw))
+    counts: Counter = Counter()
+    target = FakeModel(t_lm, vocab)
+    drafters = [ModelDrafter(FakeModel(d_lm, vocab)), LookupDrafter()]
+    seeds = iter(range(runs))
+    monkeypatch.setattr(SamplingSettings, "rng", lambda self: np.random.default_rng(next(seeds)))
+    used: Counter = Counter()
+    for _ in range(runs):
+        gen = generate(target=target, prompt=prompt, drafters=drafters, max_tokens=n_tokens, controller=_AlwaysExtend(1),
+                       sampling=SamplingSettings(**sampling_kw), speculative=spec(1, accept=rule, draft_extend=3)).run()
+        counts[tuple(gen.tokens)] += 1
+        used.update(extended=gen.stats.extended, kept=gen.stats.extended_accepted)
+    assert used["extended"] > 2000 and used["kept"] > 500, used
+    assert_follows(counts, exact, runs)

@@ -29,7 +29,7 @@ from ggufspec.commands import (
     add_draft_kv_argument, add_model_arguments, add_rpc_argument, add_sampling_arguments, pair_settings,
 )
 from ggufspec.errors import UserError
-from ggufspec.settings import DRAFT_MAX
+from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"most tokens drafted per round (default {DRAFT_MAX})")
     d.add_argument("--draft-min", type=int, default=0, metavar="N", help="skip drafts shorter than this")
     d.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
+    d.add_argument("--draft-extend", type=int, default=DRAFT_EXTEND, metavar="N",
+                   help="most tokens of prompt lookup's continuation appended to a draft model's full proposal, "
+                        "where they pay for their verify rows (default %(default)s; 0: never)")
     d.add_argument("--fixed", action="store_true",
                    help="the first drafter drafts --draft-max tokens every round (default: the controller chooses)")
     d.add_argument(
@@ -98,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         variant=Variant.parse(args.variant),
         length=DraftLengthSettings(
             draft_max=args.draft_max, draft_min=args.draft_min, draft_p_min=args.draft_p_min, fixed=args.fixed,
-            always_draft=args.always_draft,
+            always_draft=args.always_draft, draft_extend=args.draft_extend,
         ),
     )
     speculative.rule_for(sampling)

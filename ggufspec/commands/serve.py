@@ -35,6 +35,7 @@ import sys
 
 from ggufspec.commands import add_draft_kv_argument, add_model_arguments, add_rpc_argument
 from ggufspec.errors import UserError
+from ggufspec.settings import DRAFT_EXTEND
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     r.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
+    r.add_argument("--draft-extend", type=int, default=DRAFT_EXTEND, metavar="N",
+                   help="most tokens of prompt lookup's continuation appended to a draft model's full proposal "
+                        "(default %(default)s; 0: never)")
     r.add_argument("--always-draft", action="store_true",
                    help="draft every round: the controller never runs the target alone")
     r.add_argument("--llama-log", action="store_true", help="show llama.cpp's own log")
@@ -107,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     settings = PairSettings(context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads), offline=args.offline,
                             rpc=(args.rpc,) if args.rpc else (), parallel=args.parallel, draft_kv=args.draft_kv)
     # the server's draft length; a request may change draft_max and always_draft
-    draft_length = DraftLengthSettings(draft_p_min=args.draft_p_min, always_draft=args.always_draft)
+    draft_length = DraftLengthSettings(draft_p_min=args.draft_p_min, always_draft=args.always_draft,
+                                       draft_extend=args.draft_extend)
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
 
     sock = _bind(args.host, args.port)  # before loading: a busy port fails fast
