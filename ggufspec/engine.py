@@ -215,8 +215,11 @@ def _steps(
     # rule and drafts: rejection sampling needs the draft's q, so its drafts are sampled from q;
     # greedy and match take argmax drafts (q one-hot), as llama.cpp does
     sampled_drafts = rule is AcceptRule.REJECTION
-    drafted_at = [0] * (lengths.draft_max + lengths.draft_extend)  # (a model's drafts and lookup's continuation)
-    accepted_at = [0] * (lengths.draft_max + lengths.draft_extend)
+    # positions a round may draft: a model's drafts, and lookup's continuation of them (`_extension`)
+    extendable = controller is not None and any(getattr(d, "continue_after", None) for d in drafters)
+    positions = lengths.draft_max + (lengths.draft_extend if extendable else 0)
+    drafted_at = [0] * positions
+    accepted_at = [0] * positions
     drafted = accepted = rounds = paused = checks = checks_failed = extended = extended_accepted = 0
     k_hist: dict[int, int] = {}
     drafter_rounds: dict[str, int] = {}

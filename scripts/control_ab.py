@@ -14,6 +14,11 @@ Measured:
 - the lookup check (33bef66), `--old check_rounds=0`, 2 passes x 34 tuned prompts: new / old
   1.011 [1.002-1.020] per prompt (geometric mean, 90% bootstrap), chat 1.019 [1.007-1.031],
   summaries 0.994.
+- the target alone's retries spaced by its margin (1e6b162), `--old spacing=1`, 2 passes x 34 tuned
+  prompts: new / old 1.003 [0.995-1.010]; chat 1.009, maths 1.020, summaries 0.990, long 0.987.
+- lookup's continuation of a model's drafts (f7bf779), `--old draft_extend=0`, one pass x 34 tuned
+  prompts: chat 1.011 [0.995-1.027], maths 1.009, summaries 1.043 [0.996-1.094], code 0.993, long
+  0.984 (the per-prompt spread of one pass is +-3-8%).
 """
 import collections, json, math, random, statistics as st, sys, time
 

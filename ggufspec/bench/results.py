@@ -36,6 +36,10 @@ class RunRecord:
     paused_rounds: int = 0  # rounds the controller ran the target alone
     k_hist: dict[int, int] = field(default_factory=dict)  # rounds per drafted length
     drafter_rounds: dict[str, int] = field(default_factory=dict)  # rounds per chosen drafter ("none")
+    checks: int = 0  # lookup proposals checked by the draft model's first token (RunStats.checks)
+    checks_failed: int = 0  # ... where the model's round ran instead
+    extended: int = 0  # lookup's tokens appended to model drafts (RunStats.extended)
+    extended_accepted: int = 0  # ... of them, accepted
     draft_s: float = 0.0
     verify_s: float = 0.0
     overhead_s: float = 0.0

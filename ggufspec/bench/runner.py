@@ -210,6 +210,7 @@ def _ours_record(eng: _Engines, cfg: Config, gen: Any, s: Any, base: dict) -> Ru
         **base, generated_tokens=s.generated_tokens, gen_tps=s.gen_tps, prompt_tps=s.prompt_tps,
         gen_s=s.gen_s, drafted=s.drafted, accepted=s.accepted, rejections=rejections(gen), rounds=s.rounds,
         paused_rounds=s.paused_rounds, k_hist=dict(s.k_hist), drafter_rounds=dict(s.drafter_rounds),
+        checks=s.checks, checks_failed=s.checks_failed, extended=s.extended, extended_accepted=s.extended_accepted,
         draft_s=s.draft_s, verify_s=s.verify_s, overhead_s=s.overhead_s, drafted_at=list(s.drafted_at),
         accepted_at=list(s.accepted_at), stop_reason=s.stop_reason, identical=identical,
     )
