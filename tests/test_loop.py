@@ -419,29 +419,43 @@ class _AlwaysCheck(DraftController):
         return Choice("lookup", min(draft_max, look.match_len), grade=look.grade, check="model", check_len=draft_max)
 
 
-@pytest.mark.parametrize("rule", [AcceptRule.REJECTION, AcceptRule.MATCH], ids=["rejection", "match"])
-def test_checked_lookup_rounds_keep_the_target_distribution(rule: AcceptRule, monkeypatch: pytest.MonkeyPatch) -> None:
-    # every lookup proposal checked by the model's first (sampled) token: kept where they agree
-    # (its first q row the model's), replaced by the model's round where not (seed None: a seeded
-    # run takes a counted controller of its own; the test's seeds underneath)
-    n_vocab, n_tokens, runs = 3, 4, 4000
+def _sampled_runs(controller, *, prompt: Sequence[int], n_tokens: int, speculative: SpeculativeSettings,
+                  monkeypatch: pytest.MonkeyPatch, runs: int = 4000):
+    """`runs` sampled generations (T = 0.8, top-p 0.95) of a 3-token target, the model (a draft that
+    half agrees with it) and lookup drafting under a fresh `controller()` each: (counts of each
+    sequence, its exact probability under the target alone, the runs' stats). Seed None, so the
+    given controller runs (a seeded run takes a counted controller of its own); the test's seeds
+    underneath."""
+    n_vocab = 3
     vocab = FakeVocab([bytes([97 + i]) for i in range(n_vocab)])
     t_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0)
     d_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0, noise=0.4)
-    prompt = [1, 2, 0, 1, 2]
-    sampling_kw = {"temperature": 0.8, "top_p": 0.95}
-    exact = _target_alone_distribution(t_lm, prompt, n_tokens, SamplingSettings(**sampling_kw))
-    counts: Counter = Counter()
-    used: Counter = Counter()
+    sampling = SamplingSettings(temperature=0.8, top_p=0.95)
+    exact = _target_alone_distribution(t_lm, prompt, n_tokens, sampling)
     target = FakeModel(t_lm, vocab)
     drafters = [ModelDrafter(FakeModel(d_lm, vocab)), LookupDrafter()]
     seeds = iter(range(runs))
     monkeypatch.setattr(SamplingSettings, "rng", lambda self: np.random.default_rng(next(seeds)))
+    counts: Counter = Counter()
+    stats = []
     for _ in range(runs):
-        gen = generate(target=target, prompt=prompt, drafters=drafters, max_tokens=n_tokens, controller=_AlwaysCheck(),
-                       sampling=SamplingSettings(**sampling_kw), speculative=spec(3, accept=rule)).run()
+        gen = generate(target=target, prompt=prompt, drafters=drafters, max_tokens=n_tokens, controller=controller(),
+                       sampling=sampling, speculative=speculative).run()
         counts[tuple(gen.tokens)] += 1
-        used.update(checks=gen.stats.checks, checks_failed=gen.stats.checks_failed, **gen.stats.drafter_rounds)
+        stats.append(gen.stats)
+    return counts, exact, stats
+
+
+@pytest.mark.parametrize("rule", [AcceptRule.REJECTION, AcceptRule.MATCH], ids=["rejection", "match"])
+def test_checked_lookup_rounds_keep_the_target_distribution(rule: AcceptRule, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every lookup proposal checked by the model's first (sampled) token: kept where they agree
+    # (its first q row the model's), replaced by the model's round where not
+    runs = 4000
+    counts, exact, stats = _sampled_runs(_AlwaysCheck, prompt=[1, 2, 0, 1, 2], n_tokens=4,
+                                         speculative=spec(3, accept=rule), monkeypatch=monkeypatch, runs=runs)
+    used: Counter = Counter()
+    for s in stats:
+        used.update(checks=s.checks, checks_failed=s.checks_failed, **s.drafter_rounds)
     assert used["lookup"] > 400 and used["checks_failed"] > 1000, used
     assert_follows(counts, exact, runs)
 
@@ -562,23 +576,10 @@ def test_extended_drafts_greedy_equals_an_independent_reference(fake_clock: Fake
 def test_extended_drafts_keep_the_target_distribution(rule: AcceptRule, monkeypatch: pytest.MonkeyPatch) -> None:
     # the model's sampled drafts (their q rows) and lookup's continuation of them (one-hot: a
     # function of the history and the drafts) in one verify: the output is still the target's
-    n_vocab, n_tokens, runs = 3, 5, 4000
-    vocab = FakeVocab([bytes([97 + i]) for i in range(n_vocab)])
-    t_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0)
-    d_lm = ngram_lm(n_vocab=n_vocab, seed=11, peak=1.0, noise=0.4)
-    prompt = [1, 2, 0, 1, 2, 0]
-    sampling_kw = {"temperature": 0.8, "top_p": 0.95}
-    exact = _target_alone_distribution(t_lm, prompt, n_tokens, SamplingSettings(**sampling_kw))
-    counts: Counter = Counter()
-    target = FakeModel(t_lm, vocab)
-    drafters = [ModelDrafter(FakeModel(d_lm, vocab)), LookupDrafter()]
-    seeds = iter(range(runs))
-    monkeypatch.setattr(SamplingSettings, "rng", lambda self: np.random.default_rng(next(seeds)))
-    used: Counter = Counter()
-    for _ in range(runs):
-        gen = generate(target=target, prompt=prompt, drafters=drafters, max_tokens=n_tokens, controller=_AlwaysExtend(1),
-                       sampling=SamplingSettings(**sampling_kw), speculative=spec(1, accept=rule, draft_extend=3)).run()
-        counts[tuple(gen.tokens)] += 1
-        used.update(extended=gen.stats.extended, kept=gen.stats.extended_accepted)
-    assert used["extended"] > 2000 and used["kept"] > 500, used
+    runs = 4000
+    counts, exact, stats = _sampled_runs(lambda: _AlwaysExtend(1), prompt=[1, 2, 0, 1, 2, 0], n_tokens=5,
+                                         speculative=spec(1, accept=rule, draft_extend=3), monkeypatch=monkeypatch,
+                                         runs=runs)
+    extended, kept = sum(s.extended for s in stats), sum(s.extended_accepted for s in stats)
+    assert extended > 2000 and kept > 500, (extended, kept)
     assert_follows(counts, exact, runs)
