@@ -15,7 +15,9 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
               the draft's first call 4.9 ms dearer, as measured), with per-round noise if asked.
               Prints each policy's median speedup per prompt set and category (the bench's
               statistic, two repeats) and the first policy over each of the others, per prompt
-              (`--policies default always:8 K8 default:12:0.3`: kind, draft_max, p_min).
+              (`--policies default always:8 K8 default:12:0.3 default:8:0:0`: kind, draft_max, p_min,
+              draft_extend). The default's full model drafts take lookup's continuation as the
+              engine's `_extension` does (`DraftController.extend`; its fourth field 0: off).
 
 Checked against the real loop: fixed K = 8 over the 58 prompts ran 843 rounds, the simulation
 841 (and 841 with the draft's cache refreshed from the target's every round, the trace's model).
@@ -44,7 +46,7 @@ from typing import Any
 
 from ggufspec.control import Candidate, Choice, DraftController, Scored
 from ggufspec.drafters import LookupDrafter, common_prefix, top_probability
-from ggufspec.settings import DRAFT_MAX
+from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX
 
 MODEL = "model"
 K_MAX = 16  # draft tokens scored from each position by `record` (the most a replayed policy may draft)
@@ -161,26 +163,37 @@ class Costs:
 class Policy:
     """A configuration replayed: `kind` default (model + lookup, the controller), model (the model
     alone, controlled), always (the model alone, never K = 0) or fixed (the model, `draft_max`
-    every round); `draft_max` the largest K; `p_min` the confidence stop (--draft-p-min)."""
+    every round); `draft_max` the largest K; `p_min` the confidence stop (--draft-p-min);
+    `draft_extend` the most tokens of lookup's continuation a full model draft takes (default
+    only, as --draft-extend; -1: the engine's default)."""
 
     kind: str
     draft_max: int = DRAFT_MAX
     p_min: float = 0.0
+    draft_extend: int = -1
+
+    @property
+    def extend(self) -> int:
+        if self.kind != "default":
+            return 0
+        return DRAFT_EXTEND if self.draft_extend < 0 else self.draft_extend
 
     @property
     def label(self) -> str:
         text = f"K{self.draft_max}" if self.kind == "fixed" else f"{self.kind}<={self.draft_max}"
-        return text + (f" p{self.p_min:g}" if self.p_min else "")
+        text += f" p{self.p_min:g}" if self.p_min else ""
+        return text + (f" +{self.extend}" if self.kind == "default" and self.extend != DRAFT_EXTEND else "")
 
     @classmethod
     def parse(cls, text: str) -> Policy:
-        """"default", "always:16", "K8", "default:16:0.3" (kind[:draft_max[:p_min]])."""
+        """"default", "always:16", "K8", "default:16:0.3", "default:8:0:0" (kind[:draft_max[:p_min[:draft_extend]]])."""
         if text.startswith("K") and text[1:].isdigit():
             return cls("fixed", int(text[1:]))
         parts = text.split(":")
-        if parts[0] not in ("default", "model", "always") or len(parts) > 3:
-            sys.exit(f"error: bad policy {text!r}; give default|model|always[:DRAFT_MAX[:P_MIN]] or K<N>")
-        return cls(parts[0], int(parts[1]) if len(parts) > 1 else DRAFT_MAX, float(parts[2]) if len(parts) > 2 else 0.0)
+        if parts[0] not in ("default", "model", "always") or len(parts) > 4:
+            sys.exit(f"error: bad policy {text!r}; give default|model|always[:DRAFT_MAX[:P_MIN[:DRAFT_EXTEND]]] or K<N>")
+        return cls(parts[0], int(parts[1]) if len(parts) > 1 else DRAFT_MAX, float(parts[2]) if len(parts) > 2 else 0.0,
+                   int(parts[3]) if len(parts) > 3 else -1)
 
 
 DEFAULT_POLICIES = ("default", "model", "always", "K8", "K4")  # the bench's: the controller's at DRAFT_MAX, fixed K
@@ -237,25 +250,37 @@ def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController 
             else:
                 choice = Choice(MODEL, choice.check_len)
         k = choice.draft_len if choice is not None and choice.drafter is not None else 0
-        draft_s, calls = 0.0, 0
+        draft_s, calls, ext, grade = 0.0, 0, 0, 0
         if k and choice is not None and choice.drafter == MODEL:
+            asked = k
             k, calls = _drafted(tops[at] if tops is not None else [], k, policy.p_min)
             accepted = min(k, accepted_at[at])
             draft_s = (costs.f + (calls - 1) * costs.b) * jitter
+            room = min(policy.extend, remaining - 1 - k)
+            if ctl is not None and k == asked and room > 0:
+                # the engine's `_extension`: lookup's continuation of the model's drafts (where the
+                # trace does not know the drafts past a mismatch, the reply's tokens stand in: those
+                # rows are rejected anyway, only whether they are appended matters)
+                cont = lookup.continue_after(hist, reply[at:at + k], draft_len=room)
+                ext = ctl.extend(MODEL, draft_len=k, free="lookup", grade=cont.grade, match_len=len(cont.tokens))
+                grade = cont.grade
+                if ext and accepted == k:
+                    accepted += common_prefix(cont.tokens[:ext], reply[at + k:])
         elif k and proposal is not None:
             accepted = common_prefix(proposal.tokens[:k], reply[at:])
         else:
             accepted = 0
-        round_s = (costs.verify_s(k) + costs.python_s(k)) * jitter + draft_s + check_s
+        round_s = (costs.verify_s(k + ext) + costs.python_s(k + ext)) * jitter + draft_s + check_s
         emitted = accepted + 1
         if ctl is not None and choice is not None:
             scored = {}
             if proposal is not None and proposal.tokens and choice.drafter != "lookup":
                 scored["lookup"] = Scored(len(proposal.tokens), common_prefix(proposal.tokens, reply[at:at + emitted]),
                                           proposal.grade)
-            ctl.observe(choice=choice, drafted=k, accepted=accepted, emitted=emitted, round_s=round_s, draft_s=draft_s,
-                        free=choice.drafter == "lookup", scored=scored,
-                        draft_first_s=costs.f * jitter if calls else None, draft_calls=calls, check_s=check_s)
+            ctl.observe(choice=choice, drafted=k + ext, accepted=accepted, emitted=emitted, round_s=round_s,
+                        draft_s=draft_s, free=choice.drafter == "lookup", scored=scored,
+                        draft_first_s=costs.f * jitter if calls else None, draft_calls=calls, check_s=check_s,
+                        extended=ext, extended_by="lookup" if ext else None, extended_grade=grade)
         take = min(emitted, end - gen)
         hist += reply[at:at + take]
         gen += take

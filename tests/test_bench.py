@@ -322,6 +322,35 @@ def test_import_does_not_load_llama_cpp() -> None:
     assert out.strip() == "False"
 
 
+def test_the_default_mix_against_each_of_its_drafters_alone() -> None:
+    """Issue 12's "lookup in the mix beats the model draft alone": the default (d and lookup under
+    the controller) against each drafter alone under the same controller, per category, with the
+    per-prompt geometric mean beside the ratio of medians; fixed K is no such configuration."""
+    from ggufspec.bench.summary import summarise
+
+    plan = _hand_plan()
+    cfg = {c.name: c for c in plan.configs}
+    mix = bench.configs.Config(name="d+lookup K<=4", draft="d+lookup", draft_max=4, fixed=False, group="default")
+    plan = dataclasses.replace(plan, configs=(*plan.configs, mix), default_config=mix.name)
+    tps = {"target alone": (10.0, 20.0), plan.default_config: (15.0, 36.0), "d K<=4": (15.0, 30.0),
+           "lookup K<=4": (10.0, 40.0), "d K=2": (30.0, 60.0)}
+    runs = [_rec(cfg.get(name, mix), p, r, t[i], gen_s=1.0) for name, t in tps.items()
+            for i, p in enumerate(("p1", "p2")) for r in range(3)]
+    vs = summarise(plan, runs)["default_vs_drafters"]
+    assert set(vs) == {"d K<=4", "lookup K<=4"}
+    d = vs["d K<=4"]
+    # the mix: 1.5x and 1.8x (median 1.65); d alone 1.5x on both
+    assert d["all"]["ratio"] == pytest.approx(1.65 / 1.5) and d["all"]["per_prompt"] == pytest.approx(1.2 ** 0.5)
+    assert d["chat"]["ratio"] == pytest.approx(1.0) and d["code"]["ratio"] == pytest.approx(1.2)
+    assert d["code"]["ratio_low"] == pytest.approx(1.2) == d["code"]["ratio_high"]  # no spread over repeats
+    lk = vs["lookup K<=4"]
+    assert lk["code"]["ratio"] == pytest.approx(0.9) and lk["chat"]["ratio"] == pytest.approx(1.5)
+    assert lk["chat"]["ratio_low"] is None  # lookup alone no faster than the target alone there: no interval
+    single = summarise(_hand_plan(), [_rec(cfg[n], p, r, 10.0 + r, gen_s=1.0) for n in ("target alone", "d K<=4")
+                                      for p in ("p1", "p2") for r in range(3)])
+    assert single["default_vs_drafters"] == {}  # a default of one drafter has no mix to compare
+
+
 def test_end_to_end_speedup_counts_the_prompt_seconds() -> None:
     """A draft model prefilled with the prompt is faster to generate and slower to read the prompt:
     the end-to-end speedup weighs both (10 prompt tokens and 11 generated a run here)."""

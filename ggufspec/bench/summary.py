@@ -106,6 +106,7 @@ def _summarise_prompts(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Map
     _add_intervals(vs_best, plan, ok, configs)
     summary["default_vs_best"] = vs_best
     summary["default_vs_best_min"] = min((v["ratio"] for v in vs_best.values() if v["ratio"] is not None), default=None)
+    summary["default_vs_drafters"] = default_vs_drafters(plan, ok, configs, by_category)
     # end to end: prompt and generation seconds together (a draft model's prefill is paid there)
     by_category_e2e = _by_category(plan, ok, base_tps, end_to_end=True)
     summary["speedup_e2e"] = default.get("speedup_e2e")
@@ -149,11 +150,49 @@ def rivals(configs: Sequence[Mapping], default: str) -> list[Mapping]:
             and c.get("draft") != BASELINE and c.get("name") != default and (c.get("fixed") or c.get("always_draft"))]
 
 
-def _add_intervals(vs_best: dict[str, dict[str, Any]], plan: BenchPlan, ok: Sequence[RunRecord],
-                   configs: Sequence[Mapping], *, end_to_end: bool = False) -> None:
-    """Each cell of `default_vs_best` gets `ratio_low` / `ratio_high`: the 90% bootstrap
-    interval of its ratio over the repeats of the cell's runs (ggufspec.bench.spread); a lockstep
-    bench's repeats are drawn block by block, the same for every configuration."""
+def default_vs_drafters(plan: BenchPlan, ok: Sequence[RunRecord], configs: Sequence[Mapping],
+                        by_category: Mapping[str, Mapping[str, float | None]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The default configuration, several drafters under the controller ("Q4_1+lookup K<=8"),
+    against each of its drafters alone under the same controller ("Q4_1 K<=8", "lookup K<=8"):
+    what the mix adds (issue 12: lookup in the mix beats the model draft alone on summaries and
+    code). Per such configuration, over all prompts ("all") and per category, as
+    `default_vs_best`'s cells: ratio = the default's speedup (median over prompts) / the
+    configuration's, with `ratio_low` / `ratio_high` its 90% bootstrap interval over repeats (a
+    lockstep bench's drawn block by block), and `per_prompt`: the geometric mean over prompts of
+    the ratio of the two's median tok/s on each (the pairing the lockstep runs allow; a median
+    over 4-12 prompts moves with whichever prompts sit in its middle)."""
+    default = next((c for c in configs if c["name"] == plan.default_config), None)
+    if default is None or "+" not in str(default.get("draft")):
+        return {}
+    parts = set(str(default["draft"]).split("+"))
+    alone = [c for c in configs if c.get("engine") == "ggufspec" and c.get("temperature") == 0 and not c.get("fixed")
+             and c.get("always_draft") == default.get("always_draft") and c.get("draft_max") == default.get("draft_max")
+             and c.get("draft") in parts and c.get("speedup")]
+    samples = _samples(plan, ok)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for c in alone:
+        cells: dict[str, dict[str, Any]] = {}
+        for cat in ["all", *sorted({cat for row in by_category.values() for cat in row})]:
+            d = default.get("speedup") if cat == "all" else by_category.get(default["name"], {}).get(cat)
+            o = c.get("speedup") if cat == "all" else by_category.get(c["name"], {}).get(cat)
+            if d is None or not o:
+                continue
+            ids = [p.id for p in plan.prompts if cat == "all" or p.category == cat]
+            got = ratio_interval(samples, default=default["name"], rivals=[c["name"]], baseline="target alone",
+                                 prompts=ids, paired=plan.lockstep) if o > 1.0 else None
+            pairs = [tuple(median(x for x in samples.get(n, {}).get(p, []) if x > 0) for n in (default["name"], c["name"]))
+                     for p in ids]
+            logs = [math.log(a / b) for a, b in pairs if a and b]
+            cells[cat] = {"default": d, "speedup": o, "ratio": d / o,
+                          "ratio_low": got[0] if got else None, "ratio_high": got[1] if got else None,
+                          "per_prompt": math.exp(sum(logs) / len(logs)) if logs else None}
+        out[c["name"]] = cells
+    return out
+
+
+def _samples(plan: BenchPlan, ok: Sequence[RunRecord], *, end_to_end: bool = False) -> dict[str, dict[str, list[float]]]:
+    """Our greedy runs' tok/s by configuration ("target alone" for the baseline) and prompt: in a
+    lockstep bench at index repeat (0: not run), else in run order."""
     samples: dict[str, dict[str, list[float]]] = {}
     for r in ok:
         if r.engine == "ggufspec" and r.temperature == 0:
@@ -165,6 +204,15 @@ def _add_intervals(vs_best: dict[str, dict[str, Any]], plan: BenchPlan, ok: Sequ
                 runs[r.repeat] = tps
             else:
                 runs.append(tps)
+    return samples
+
+
+def _add_intervals(vs_best: dict[str, dict[str, Any]], plan: BenchPlan, ok: Sequence[RunRecord],
+                   configs: Sequence[Mapping], *, end_to_end: bool = False) -> None:
+    """Each cell of `default_vs_best` gets `ratio_low` / `ratio_high`: the 90% bootstrap
+    interval of its ratio over the repeats of the cell's runs (ggufspec.bench.spread); a lockstep
+    bench's repeats are drawn block by block, the same for every configuration."""
+    samples = _samples(plan, ok, end_to_end=end_to_end)
     names = [c["name"] for c in rivals(configs, plan.default_config)]
     for cat, cell in vs_best.items():
         ids = [p.id for p in plan.prompts if cat == "all" or p.category == cat]

@@ -211,6 +211,15 @@ def _set_sections(result: BenchResult) -> list[str]:
                          "in brackets the 90% bootstrap interval over repeats): "
                          + "; ".join(vs_cell(cat, v) for cat, v in vs.items() if v.get("ratio") is not None)
                          + f"; lowest **{fmt_figure(s.get('default_vs_best_min'))}**")
+        for name, cells in (s.get("default_vs_drafters") or {}).items():
+            if cells:
+                lines.append(f"- default / {name} (its drafter alone, the same controller; in brackets the 90% interval, "
+                             "then the geometric mean of the per-prompt ratios): "
+                             + "; ".join(f"{cat} {fmt_figure(v['ratio'], '{:.3f}')}"
+                                         + (f" [{fmt_figure(v['ratio_low'], '{:.3f}')}-{fmt_figure(v['ratio_high'], '{:.3f}')}]"
+                                            if v.get("ratio_low") is not None else "")
+                                         + (f" ({fmt_figure(v['per_prompt'], '{:.3f}')})" if v.get("per_prompt") is not None else "")
+                                         for cat, v in cells.items()))
         vs = s.get("default_vs_best_e2e") or {}
         if any(v.get("ratio") is not None for v in vs.values()):
             lines.append(f"- end to end (prompt and generation seconds; a draft model's prefill counts): default "
