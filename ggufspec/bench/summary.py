@@ -160,7 +160,9 @@ def default_vs_drafters(plan: BenchPlan, ok: Sequence[RunRecord], configs: Seque
     configuration's, with `ratio_low` / `ratio_high` its 90% bootstrap interval over repeats (a
     lockstep bench's drawn block by block), and `per_prompt`: the geometric mean over prompts of
     the ratio of the two's median tok/s on each (the pairing the lockstep runs allow; a median
-    over 4-12 prompts moves with whichever prompts sit in its middle)."""
+    over 4-12 prompts moves with whichever prompts sit in its middle). No interval where the
+    drafter alone is no faster than the target alone: `ratio_interval` bounds default /
+    max(1, rival), not this ratio, there."""
     default = next((c for c in configs if c["name"] == plan.default_config), None)
     if default is None or "+" not in str(default.get("draft")):
         return {}
