@@ -63,3 +63,36 @@ def test_loop_costs_come_from_the_bench_runs() -> None:
     assert c.verify_s(12) == pytest.approx(0.09)  # the last two points' line, extended
     assert c.b == pytest.approx(0.012) and c.f == pytest.approx(0.012 + trace_sim.FIRST_CALL_S)
     assert (c.python_s(0), c.python_s(8)) == pytest.approx((0.0002, 0.0018))
+
+
+class _Told(DraftController):
+    """The default controller, recording each model round's (drafted, extended, accepted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.told: list[tuple[int, int, int]] = []
+
+    def observe(self, *, choice, drafted, accepted, extended=0, **kw):  # type: ignore[override]
+        if choice.drafter == trace_sim.MODEL:
+            self.told.append((drafted, extended, accepted))
+        super().observe(choice=choice, drafted=drafted, accepted=accepted, extended=extended, **kw)
+
+
+def test_the_default_replays_lookups_continuation_of_full_model_drafts() -> None:
+    # a reply that copies its prompt: after a model round's 8 drafts (all kept) lookup's 3-gram
+    # match continues them, and the replay appends up to --draft-extend tokens as the engine does
+    prompt = list(range(100, 200))
+    trace = {"set": "tuned", "category": "summarise", "prompt": prompt, "reply": prompt[:90],
+             "model_accepted": [8] * 90, "k_max": 8}
+    assert trace_sim.Policy.parse("default:8:0:0") == trace_sim.Policy("default", 8, 0.0, 0)
+    told = {}
+    for policy in (DEFAULT8, trace_sim.Policy("default", 8, 0.0, 0)):
+        ctl = _Told()
+        for _ in range(3):
+            trace_sim.simulate_prompt(trace, policy, ctl, COSTS, random.Random(0), 0.0)
+        told[policy.extend] = ctl.told
+    assert not any(e for _, e, _ in told[0])
+    extended = [(d, e, a) for d, e, a in told[4] if e]
+    assert extended and all(0 < e <= 4 and d > e for d, e, _ in extended)  # d - e: the model's own K
+    assert (12, 4, 12) in extended  # K = 8, all 4 of the continuation appended and kept
+    assert any(a > d - e for d, e, a in extended)  # continuation tokens kept: the reply is the prompt's
