@@ -15,7 +15,7 @@ from ggufspec.bench.configs import BASELINE, LOOKUP, BenchPlan, Config
 from ggufspec.bench.expected import estimate_alpha, expected_speedup, expected_speedup_partial
 from ggufspec.bench.prompts import set_names
 from ggufspec.bench.results import RunRecord
-from ggufspec.bench.spread import ratio_interval
+from ggufspec.bench.spread import Samples, ratio_interval
 
 BaseTps = Mapping[tuple[str, float], float | None]  # (prompt id, temperature) -> target alone's median tok/s
 
@@ -103,15 +103,16 @@ def _summarise_prompts(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Map
     }
     by_category = _by_category(plan, ok, base_tps)
     vs_best = default_vs_best(configs, by_category, default=plan.default_config)
-    _add_intervals(vs_best, plan, ok, configs)
+    samples = _samples(plan, ok)
+    _add_intervals(vs_best, plan, samples, configs)
     summary["default_vs_best"] = vs_best
     summary["default_vs_best_min"] = min((v["ratio"] for v in vs_best.values() if v["ratio"] is not None), default=None)
-    summary["default_vs_drafters"] = default_vs_drafters(plan, ok, configs, by_category)
+    summary["default_vs_drafters"] = default_vs_drafters(plan, ok, configs, by_category, samples=samples, base_tps=base_tps)
     # end to end: prompt and generation seconds together (a draft model's prefill is paid there)
     by_category_e2e = _by_category(plan, ok, base_tps, end_to_end=True)
     summary["speedup_e2e"] = default.get("speedup_e2e")
     vs_best_e2e = default_vs_best(configs, by_category_e2e, default=plan.default_config, key="speedup_e2e")
-    _add_intervals(vs_best_e2e, plan, ok, configs, end_to_end=True)
+    _add_intervals(vs_best_e2e, plan, _samples(plan, ok, end_to_end=True), configs)
     summary["default_vs_best_e2e"] = vs_best_e2e
     summary["default_vs_best_e2e_min"] = min((v["ratio"] for v in vs_best_e2e.values() if v["ratio"] is not None),
                                              default=None)
@@ -130,11 +131,8 @@ def default_vs_best(configs: Sequence[Mapping], by_category: Mapping[str, Mappin
     (prompt and generation seconds), with `by_category` of the same kind.
     """
     others = rivals(configs, default)
-    tables: dict[str, dict[str, float | None]] = {"all": {c["name"]: c.get(key) for c in configs}}
-    for cat in sorted({cat for row in by_category.values() for cat in row}):
-        tables[cat] = {name: row.get(cat) for name, row in by_category.items()}
     out: dict[str, dict[str, Any]] = {}
-    for cat, speedups in tables.items():
+    for cat, speedups in _speedup_tables(configs, by_category, key=key).items():
         d = speedups.get(default)
         scored = [(speedups.get(c["name"]), c["name"]) for c in others if speedups.get(c["name"]) is not None]
         best = max(scored, default=None)
@@ -144,6 +142,16 @@ def default_vs_best(configs: Sequence[Mapping], by_category: Mapping[str, Mappin
     return out
 
 
+def _speedup_tables(configs: Sequence[Mapping], by_category: Mapping[str, Mapping[str, float | None]], *,
+                    key: str = "speedup") -> dict[str, dict[str, float | None]]:
+    """Cell -> configuration name -> speedup: "all" from each configuration's `key`, then one
+    table per category of `by_category` (sorted)."""
+    tables: dict[str, dict[str, float | None]] = {"all": {c["name"]: c.get(key) for c in configs}}
+    for cat in sorted({cat for row in by_category.values() for cat in row}):
+        tables[cat] = {name: row.get(cat) for name, row in by_category.items()}
+    return tables
+
+
 def rivals(configs: Sequence[Mapping], default: str) -> list[Mapping]:
     """The default's rivals: our greedy fixed-length and always-draft configurations."""
     return [c for c in configs if c.get("engine") == "ggufspec" and c.get("temperature") == 0
@@ -151,7 +159,8 @@ def rivals(configs: Sequence[Mapping], default: str) -> list[Mapping]:
 
 
 def default_vs_drafters(plan: BenchPlan, ok: Sequence[RunRecord], configs: Sequence[Mapping],
-                        by_category: Mapping[str, Mapping[str, float | None]]) -> dict[str, dict[str, dict[str, Any]]]:
+                        by_category: Mapping[str, Mapping[str, float | None]], *, samples: Samples,
+                        base_tps: BaseTps) -> dict[str, dict[str, dict[str, Any]]]:
     """The default configuration, several drafters under the controller ("Q4_1+lookup K<=8"),
     against each of its drafters alone under the same controller ("Q4_1 K<=8", "lookup K<=8"):
     what the mix adds (issue 12: lookup in the mix beats the model draft alone on summaries and
@@ -170,21 +179,20 @@ def default_vs_drafters(plan: BenchPlan, ok: Sequence[RunRecord], configs: Seque
     alone = [c for c in configs if c.get("engine") == "ggufspec" and c.get("temperature") == 0 and not c.get("fixed")
              and c.get("always_draft") == default.get("always_draft") and c.get("draft_max") == default.get("draft_max")
              and c.get("draft") in parts and c.get("speedup")]
-    samples = _samples(plan, ok)
+    tables = _speedup_tables(configs, by_category)
+    mine = _prompt_ratios(ok, default["name"], 0.0, base_tps)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for c in alone:
+        theirs = _prompt_ratios(ok, c["name"], 0.0, base_tps)
         cells: dict[str, dict[str, Any]] = {}
-        for cat in ["all", *sorted({cat for row in by_category.values() for cat in row})]:
-            d = default.get("speedup") if cat == "all" else by_category.get(default["name"], {}).get(cat)
-            o = c.get("speedup") if cat == "all" else by_category.get(c["name"], {}).get(cat)
+        for cat, speedups in tables.items():
+            d, o = speedups.get(default["name"]), speedups.get(c["name"])
             if d is None or not o:
                 continue
             ids = [p.id for p in plan.prompts if cat == "all" or p.category == cat]
             got = ratio_interval(samples, default=default["name"], rivals=[c["name"]], baseline="target alone",
                                  prompts=ids, paired=plan.lockstep) if o > 1.0 else None
-            pairs = [tuple(median(x for x in samples.get(n, {}).get(p, []) if x > 0) for n in (default["name"], c["name"]))
-                     for p in ids]
-            logs = [math.log(a / b) for a, b in pairs if a and b]
+            logs = [math.log(mine[p] / theirs[p]) for p in ids if p in mine and p in theirs]
             cells[cat] = {"default": d, "speedup": o, "ratio": d / o,
                           "ratio_low": got[0] if got else None, "ratio_high": got[1] if got else None,
                           "per_prompt": math.exp(sum(logs) / len(logs)) if logs else None}
@@ -192,7 +200,7 @@ def default_vs_drafters(plan: BenchPlan, ok: Sequence[RunRecord], configs: Seque
     return out
 
 
-def _samples(plan: BenchPlan, ok: Sequence[RunRecord], *, end_to_end: bool = False) -> dict[str, dict[str, list[float]]]:
+def _samples(plan: BenchPlan, ok: Sequence[RunRecord], *, end_to_end: bool = False) -> Samples:
     """Our greedy runs' tok/s by configuration ("target alone" for the baseline) and prompt: in a
     lockstep bench at index repeat (0: not run), else in run order."""
     samples: dict[str, dict[str, list[float]]] = {}
@@ -209,12 +217,12 @@ def _samples(plan: BenchPlan, ok: Sequence[RunRecord], *, end_to_end: bool = Fal
     return samples
 
 
-def _add_intervals(vs_best: dict[str, dict[str, Any]], plan: BenchPlan, ok: Sequence[RunRecord],
-                   configs: Sequence[Mapping], *, end_to_end: bool = False) -> None:
+def _add_intervals(vs_best: dict[str, dict[str, Any]], plan: BenchPlan, samples: Samples,
+                   configs: Sequence[Mapping]) -> None:
     """Each cell of `default_vs_best` gets `ratio_low` / `ratio_high`: the 90% bootstrap
-    interval of its ratio over the repeats of the cell's runs (ggufspec.bench.spread); a lockstep
-    bench's repeats are drawn block by block, the same for every configuration."""
-    samples = _samples(plan, ok, end_to_end=end_to_end)
+    interval of its ratio over the repeats of the cell's runs (ggufspec.bench.spread; `samples`
+    of the same kind as the cells: generation or end to end); a lockstep bench's repeats are
+    drawn block by block, the same for every configuration."""
     names = [c["name"] for c in rivals(configs, plan.default_config)]
     for cat, cell in vs_best.items():
         ids = [p.id for p in plan.prompts if cat == "all" or p.category == cat]

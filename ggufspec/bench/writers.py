@@ -215,9 +215,7 @@ def _set_sections(result: BenchResult) -> list[str]:
             if cells:
                 lines.append(f"- default / {name} (its drafter alone, the same controller; in brackets the 90% interval, "
                              "then the geometric mean of the per-prompt ratios): "
-                             + "; ".join(f"{cat} {fmt_figure(v['ratio'], '{:.3f}')}"
-                                         + (f" [{fmt_figure(v['ratio_low'], '{:.3f}')}-{fmt_figure(v['ratio_high'], '{:.3f}')}]"
-                                            if v.get("ratio_low") is not None else "")
+                             + "; ".join(f"{cat} {fmt_figure(v['ratio'], '{:.3f}')}{_spread(v, '{:.3f}')}"
                                          + (f" ({fmt_figure(v['per_prompt'], '{:.3f}')})" if v.get("per_prompt") is not None else "")
                                          for cat, v in cells.items()))
         vs = s.get("default_vs_best_e2e") or {}
@@ -235,9 +233,14 @@ def _set_sections(result: BenchResult) -> list[str]:
 
 def vs_cell(cat: str, v: Mapping) -> str:
     """One category of default / best: "code 0.97 [0.93-1.01] (Q4_1 K=8)"."""
-    spread = (f" [{fmt_figure(v['ratio_low'])}-{fmt_figure(v['ratio_high'])}]"
-              if v.get("ratio_low") is not None and v.get("ratio_high") is not None else "")
-    return f"{cat} {fmt_figure(v['ratio'])}{spread} ({v['reference']})"
+    return f"{cat} {fmt_figure(v['ratio'])}{_spread(v)} ({v['reference']})"
+
+
+def _spread(v: Mapping, fmt: str = "{:.2f}") -> str:
+    """A cell's bootstrap interval, " [low-high]", or nothing where it has none."""
+    if v.get("ratio_low") is None or v.get("ratio_high") is None:
+        return ""
+    return f" [{fmt_figure(v['ratio_low'], fmt)}-{fmt_figure(v['ratio_high'], fmt)}]"
 
 
 def lowest_vs_best(summary: Mapping) -> str | None:
