@@ -104,9 +104,21 @@ def resolve_embedded(name: str, quant: str) -> Path:
     Raises:
         UserError: unknown name, missing package, unknown quant.
     """
+    from ggufspec.standin import LAYOUT_VERSION, STANDINS, widen
+
+    standin = STANDINS.get(name.lower())
+    if standin is not None:  # the base model in this encoding, re-laid to cost like a big one
+        base = resolve_embedded(standin.base, quant)
+        digest = file_sha256(base)[:16]
+        dst = cache_dir() / "embedded" / f"{standin.name}.{resolve_quant(quant)}.{digest}.layout{LAYOUT_VERSION}.gguf"
+        if not dst.is_file():
+            _derive(dst=dst, make=lambda: widen(src=base, dst=dst, n_layer=standin.n_layer, n_ff=standin.n_ff,
+                                                 name=standin.name))
+        return dst
     model = EMBEDDED.get(name.lower())
     if model is None:
-        raise UserError(f"unknown embedded model {name!r}; choose one of: {', '.join(EMBEDDED)}")
+        names = ", ".join([*EMBEDDED, *STANDINS])
+        raise UserError(f"unknown embedded model {name!r}; choose one of: {names}")
     src = model.locate()
     quant = resolve_quant(quant)
     if quant == model.shipped_quant:
@@ -119,7 +131,9 @@ def resolve_embedded(name: str, quant: str) -> Path:
     digest = file_sha256(src)[:16]
     dst = cache_dir() / "embedded" / f"{name}.{quant}.{digest}.llama-cpp-{installed_version()}.gguf"
     if not dst.is_file():
-        _derive(src=src, dst=dst, ftype=quant)
+        from ggufspec.llama.quantize import quantize
+
+        _derive(dst=dst, make=lambda: quantize(src=src, dst=dst, ftype=quant))
     return dst
 
 
@@ -158,15 +172,14 @@ class _Terminated(BaseException):
     """SIGTERM arrived while deriving: unwind, remove the temp file, then die by the signal."""
 
 
-def _derive(*, src: Path, dst: Path, ftype: str) -> None:
-    """Re-encode src into dst (atomically); on SIGTERM or Ctrl-C no temp file is left behind."""
-    from ggufspec.llama.quantize import quantize
-
+def _derive(*, dst: Path, make: Callable[[], object]) -> None:
+    """Run `make`, which writes dst atomically through `.{dst.name}.{pid}.tmp` (the quantizer, a
+    stand-in's widening); on SIGTERM or Ctrl-C no temp file is left behind."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temps(dst.parent)
     if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
         try:
-            quantize(src=src, dst=dst, ftype=ftype)
+            make()
         finally:
             _remove_own_temps(dst)
         return
@@ -176,7 +189,7 @@ def _derive(*, src: Path, dst: Path, ftype: str) -> None:
     def work() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})  # for the main thread
         try:
-            quantize(src=src, dst=dst, ftype=ftype)
+            make()
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             failure.append(exc)
 

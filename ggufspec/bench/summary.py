@@ -106,6 +106,10 @@ def _summarise_prompts(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Map
     samples = _samples(plan, ok)
     _add_intervals(vs_best, plan, samples, configs)
     summary["default_vs_best"] = vs_best
+    # the default's speedup over the target alone, with rivals=[]: default / max(1, nothing) = default
+    summary["speedup_interval"] = ratio_interval(samples, default=plan.default_config, rivals=[],
+                                                 baseline="target alone", prompts=[p.id for p in plan.prompts],
+                                                 paired=plan.lockstep)
     summary["default_vs_best_min"] = min((v["ratio"] for v in vs_best.values() if v["ratio"] is not None), default=None)
     summary["default_vs_drafters"] = default_vs_drafters(plan, ok, configs, by_category, samples=samples, base_tps=base_tps)
     # end to end: prompt and generation seconds together (a draft model's prefill is paid there)

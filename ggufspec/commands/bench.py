@@ -26,6 +26,8 @@ examples:
   ggufspec bench --sweep-k 1,2,4,8 --draft-quants Q8_0,Q4_0,Q2_K --repeats 3
   ggufspec bench --prompt-set heldout --repeats 2 --sweep-k 2,4,8
   ggufspec bench --target ./big.gguf --draft ./small.gguf lookup --prompts mine.jsonl --json
+  ggufspec bench --regimes --limit 4 --repeats 2 -n 64     # the cost-regime grid (regimes.md)
+  ggufspec bench --regimes default,as-1b,as-7b --out gpu-out
 """
 
 from __future__ import annotations
@@ -63,6 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--repeats", type=int, default=None, metavar="N", help="repeats of every run (default 3; 1 with --quick)")
     w.add_argument("--quick", action="store_true",
                    help="5 prompts of each set, 1 repeat, K in 2,4,8, no quantization sweep: under 5 minutes a set on 2 cores")
+    g = p.add_argument_group("cost regimes")
+    g.add_argument("--regimes", nargs="?", const="standard", default=None, metavar="LIST",
+                   help="the cost-regime grid instead of one pair: default,q8_0,q4_1,gemma,as-1b "
+                        "('standard', the default), as-7b, or 'all'; one bench each (target alone, fixed K, "
+                        "always-draft, the default; lockstep, greedy) and regimes.md over them")
     s = p.add_argument_group("sweeps")
     s.add_argument("--sweep-k", default=None, metavar="K,K", help="fixed draft lengths to sweep (default 1,2,4,8; 2,4,8 with --quick)")
     s.add_argument("--sweep-ngl", default=None, metavar="N,N|all",
@@ -133,6 +140,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.sweep_ngl is not None or args.rpc:
         return _sweep_ngl(args, prompts, repeats)
+    if args.regimes is not None:
+        if args.target or args.draft or args.pair or args.draft_quants:
+            raise UserError("--regimes names its own targets and drafts; drop --target/--draft/--pair/--draft-quants")
+        return _regimes(args, prompts, repeats, k_values=_ints(args.sweep_k or "2,4,8", "--sweep-k"))
 
     # nothing named: the default pair's draft and lookup; a target alone: lookup
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair, extra_drafts=True,
@@ -194,6 +205,53 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _print_table(err, result)
     sys.stdout.write(f"wrote {out}/bench.json, runs.csv, bench.md" + (", *.png" if files.get("plots") else "") + "\n")
+    return 0
+
+
+def _regimes(args: argparse.Namespace, prompts: list, repeats: int, *, k_values: list[int]) -> int:
+    """`--regimes`: one lockstep bench per cost regime into --out/REGIME, then regimes.md/json."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ggufspec import bench
+    from ggufspec.bench.machine import machine_info
+    from ggufspec.bench.regimes import parse_regimes, regime_plan, regime_rows, regimes_markdown, unavailable
+    from ggufspec.bench.writers import write_atomic
+
+    regimes = parse_regimes(args.regimes)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+    err = Console(stderr=True, highlight=False)
+    rows: list[dict] = []
+    for regime in regimes:
+        why = unavailable(regime)
+        if why:
+            err.print(f"[yellow]regime {regime.name} skipped: {why}[/]")
+            rows += regime_rows(regime, None, note=why)
+            continue
+        plan = regime_plan(regime, prompts=prompts, k_values=k_values, draft_max=args.draft_max, repeats=repeats,
+                           max_tokens=args.max_tokens, n_ctx=args.ctx, n_threads=args.threads, seed=args.seed)
+        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=True) as bar:
+            task = bar.add_task(regime.name, total=bench.count_runs(plan))
+            result = bench.run_bench(plan, progress=lambda label, done, total: bar.update(
+                task, description=f"{regime.name}: {label}"[:60].ljust(60), completed=done, total=total))
+        bench.write_outputs(result, out / regime.name, plots=not args.no_plots)
+        rows += regime_rows(regime, result.summary)
+        err.print(f"regime {regime.name}: speedup {result.summary.get('speedup') or 0:.2f}x "
+                  f"(wrote {out / regime.name}/bench.md)")
+    m = machine_info(n_threads=args.threads)
+    gpus = ", ".join(g["name"] for g in m.get("gpus", []))
+    machine = f"{m['cpu']}, {m['physical_cores']} cores" + (f", {gpus}" if gpus else "")
+    command = "ggufspec " + " ".join(sys.argv[1:])
+    write_atomic(out / "regimes.json", json.dumps({"machine": m, "command": command, "rows": rows}, indent=1))
+    text = regimes_markdown(rows, machine=machine, command=command)
+    write_atomic(out / "regimes.md", text)
+    if args.json:
+        print(json.dumps({"rows": rows, "files": [str(out / "regimes.md"), str(out / "regimes.json")]}, indent=1))
+    else:
+        sys.stdout.write(text + f"wrote {out}/regimes.md, regimes.json and one folder per regime\n")
     return 0
 
 

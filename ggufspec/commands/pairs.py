@@ -60,6 +60,14 @@ def run(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # piped: do not fold references at 80 columns
         console = Console(soft_wrap=False, width=max(console.width, widest + 70))
     console.print(table)
+    from ggufspec.standin import STANDINS
+
+    for p in pairs:
+        stand_in = STANDINS.get(p.target.split(":")[1]) if p.target.startswith("embedded:") else None
+        if stand_in is not None:
+            console.print(f"{p.name}: a cost stand-in of {stand_in.base} ({stand_in.like}): its output and accept "
+                          f"rates are {stand_in.base}'s, its decode costs are a bigger model's", markup=False,
+                          highlight=False)
     for note in notes:
         console.print(note, markup=False, highlight=False)
     return 0
