@@ -117,7 +117,7 @@ def _start(server: Server, logdir: Path) -> None:
     server.log = logdir / f"{server.name}.log"
     with server.log.open("wb") as out:
         server.proc = subprocess.Popen(server.cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                       env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
 
 
 def _wait_ready(server: Server, timeout: float) -> None:
