@@ -11,10 +11,10 @@ from typing import Any, Literal
 from fastapi import Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ggufspec.sampling import MAX_SEED
 from ggufspec.server.errors import APIError, invalid
+from ggufspec.settings import DRAFT_MAX_LIMIT
 
-#: Most tokens one request may draft per round (the verify batch is draft_max + 1 rows).
-MAX_DRAFT = 64
 MAX_STOP = 16
 #: Chat roles the GGUF chat templates know; "developer" (OpenAI's newer name) is sent as "system".
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -43,14 +43,14 @@ class Params(BaseModel):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=0)
     min_p: float | None = Field(default=None, ge=0.0, lt=1.0)
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
     n: int | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
     # speculative decoding (ggufspec's own fields)
-    draft_max: int | None = Field(default=None, ge=1, le=MAX_DRAFT)
+    draft_max: int | None = Field(default=None, ge=1, le=DRAFT_MAX_LIMIT)
     always_draft: bool | None = None  # None: the server's default (serve --always-draft)
     accept: Literal["greedy", "rejection", "match"] | None = None
     # llama.cpp server's name: reuse the longest common prefix of the prompt with the KV cache the
