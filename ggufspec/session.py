@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
 import tempfile
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ggufspec.errors import UserError
+from ggufspec.temps import remove_stale
 
 if TYPE_CHECKING:
     from ggufspec.runtime import SpeculativePair
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
 MAGIC = b"ggufspec-session\n"
 VERSION = 1
 _FINGERPRINT_SPAN = 1 << 20  # bytes hashed at each end of a model file
+# a save in progress: ".NAME.PID.XXXXXXXX.session-tmp" beside NAME; one whose process is gone
+# (a save killed midway) is swept by the next save into that folder
+_TEMP_SUFFIX = ".session-tmp"
+_TEMP = re.compile(r"^\..+\.(?P<pid>\d+)\.[^.]+" + re.escape(_TEMP_SUFFIX) + "$")
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,27 @@ def fingerprint(path: str | Path) -> str:
 # ---- the file format (pure) -----------------------------------------------------------------
 
 
+def check_save_path(path: str | Path) -> Path:
+    """`path` can take a session: a regular file or nothing yet, in a folder that exists and that
+    this process may write (a session is written beside it, then renamed over it).
+
+    Raises:
+        UserError: a folder, a FIFO, a device or a symbolic link there (saving would replace it),
+            a missing folder, or one this process may not write.
+    """
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        what = "a symbolic link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
+        raise UserError(f"cannot save the session to {path}: it is {what}, which saving would replace; "
+                        "name a regular file")
+    if not path.parent.is_dir():
+        raise UserError(f"cannot save the session to {path}: folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UserError(f"cannot save the session to {path}: folder {path.parent} is not writable; "
+                        "name a file in a folder you may write")
+    return path
+
+
 def write_session(path: str | Path, header: Mapping[str, Any], blobs: Sequence[bytes]) -> None:
     """Write header + blobs atomically (a temp file in the same folder, then os.replace)."""
     path = Path(path)
@@ -69,9 +96,12 @@ def write_session(path: str | Path, header: Mapping[str, Any], blobs: Sequence[b
         text = json.dumps(dict(header), separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise UserError(f"session meta must be plain JSON (strings, numbers, lists, dicts): {exc}") from None
-    if not path.parent.is_dir():
-        raise UserError(f"cannot save the session to {path}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    check_save_path(path)
+    remove_stale(path.parent, _TEMP, glob=f".*{_TEMP_SUFFIX}")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=_TEMP_SUFFIX)
+    except OSError as exc:
+        raise UserError(f"cannot save the session to {path}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(MAGIC + struct.pack("<Q", len(text)) + text)
@@ -80,11 +110,13 @@ def write_session(path: str | Path, header: Mapping[str, Any], blobs: Sequence[b
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):  # a full disk, a folder swapped in meanwhile, ...
+            raise UserError(f"cannot save the session to {path}: {exc.strerror or exc}") from None
         raise
 
 
