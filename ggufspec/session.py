@@ -120,6 +120,47 @@ def write_session(path: str | Path, header: Mapping[str, Any], blobs: Sequence[b
         raise
 
 
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+# each cache entry's fields and what they must be (a header is checked field by field: its
+# checksums cover the blobs only, so a hand-edited header reads as well as a saved one)
+_CACHE_FIELDS: dict[str, tuple[str, Any]] = {
+    "role": ("a string", lambda x: isinstance(x, str)),
+    "file": ("a string", lambda x: isinstance(x, str)),
+    "fingerprint": ("a string", lambda x: isinstance(x, str)),
+    "n_ctx": ("a whole number", lambda x: _is_int(x) and x > 0),
+    "cache_type_k": ("a string", lambda x: isinstance(x, str)),
+    "cache_type_v": ("a string", lambda x: isinstance(x, str)),
+    "tokens": ("a list of token ids", lambda x: isinstance(x, list) and all(_is_int(t) and t >= 0 for t in x)),
+    "bytes": ("a byte count", lambda x: _is_int(x) and x >= 0),
+    "sha256": ("a string", lambda x: isinstance(x, str)),
+}
+
+
+def _check_header(header: Any, path: Path) -> None:
+    """Refuse (UserError) a header whose fields are missing or of the wrong type."""
+    def corrupt(what: str) -> UserError:
+        return UserError(f"session file {path} is corrupt (header: {what}); save the session again")
+
+    if not isinstance(header, dict):
+        raise corrupt("not a JSON object")
+    if not isinstance(header.get("meta", {}), dict):
+        raise corrupt("meta is not an object")
+    caches = header.get("caches")
+    if not isinstance(caches, list) or not caches:
+        raise corrupt("caches is not a list of caches")
+    for i, cache in enumerate(caches):
+        if not isinstance(cache, dict):
+            raise corrupt(f"caches[{i}] is not an object")
+        for key, (kind, ok) in _CACHE_FIELDS.items():
+            if key not in cache or not ok(cache[key]):
+                raise corrupt(f"caches[{i}].{key} is not {kind}")
+        if len(cache["tokens"]) > cache["n_ctx"]:
+            raise corrupt(f"caches[{i}] holds more tokens than its context")
+
+
 def read_session(path: str | Path) -> tuple[dict, list[bytes]]:
     """(header, blobs) of a session file, checked for magic, version, length and checksums
     (a foreign file is refused after reading its first bytes only)."""
@@ -142,15 +183,16 @@ def read_session(path: str | Path) -> tuple[dict, list[bytes]]:
             raise UserError(truncated)
         try:
             header = json.loads(f.read(n_header))
-            caches = header["caches"]
-            sizes = [int(c["bytes"]) for c in caches]
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             raise UserError(f"session file {path} is corrupt (unreadable header); save the session again") from None
-        if header.get("version") != VERSION:
+        if isinstance(header, dict) and header.get("version") != VERSION:
             raise UserError(
-                f"session file {path} has format version {header.get('version')}, this ggufspec reads {VERSION}; "
+                f"session file {path} has format version {header.get('version')!r}, this ggufspec reads {VERSION}; "
                 "save the session again with this version"
             )
+        _check_header(header, path)
+        caches = header["caches"]
+        sizes = [c["bytes"] for c in caches]
         expected = prefix + n_header + sum(sizes)
         if size < expected:
             raise UserError(
@@ -228,7 +270,7 @@ def load_pair_session(pair: SpeculativePair, path: str | Path) -> SessionInfo:
                 f"session {path} was saved with a {got.get(key)} KV cache, this pair's is {want[key]}; "
                 f"use --cache-type {got.get(key)} or start a new session"
             )
-    tokens = [int(t) for t in got.get("tokens", ())]
+    tokens = list(got["tokens"])  # checked by read_session
     if not pair.target_ctx.load_state(blobs[0], tokens):
         for drafter in pair._all_drafters():
             drafter.reset()
@@ -241,7 +283,7 @@ def load_pair_session(pair: SpeculativePair, path: str | Path) -> SessionInfo:
         match = next(
             (i for i, c in enumerate(saved) if i > 0 and all(c.get(k) == mine[k] for k in mine if k != "file")), None
         )
-        if match is None or not ctx.load_state(blobs[match], [int(t) for t in saved[match].get("tokens", ())]):
+        if match is None or not ctx.load_state(blobs[match], saved[match]["tokens"]):
             drafter.reset()
     for drafter in pair._all_drafters():
         if all(drafter is not d for d, _, _ in _model_contexts(pair)):
