@@ -9,10 +9,11 @@ import json
 from typing import Any, Literal
 
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ggufspec.sampling import MAX_SEED
-from ggufspec.server.errors import APIError, invalid
+from ggufspec.server.errors import APIError, client_gone, invalid
 from ggufspec.settings import DRAFT_MAX_LIMIT
 
 MAX_STOP = 16
@@ -224,13 +225,16 @@ async def read_json(request: Request, limit: int) -> dict:
             raise too_large  # far too big to be worth reading; the connection will be closed
     body = bytearray()
     received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received > 64 * limit:
-            break
-        if received <= limit:
-            body += chunk
-        # else keep reading (and dropping): the client then gets the 400, not a connection reset
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > 64 * limit:
+                break
+            if received <= limit:
+                body += chunk
+            # else keep reading (and dropping): the client then gets the 400, not a connection reset
+    except ClientDisconnect:  # gone while sending: no traceback, counted as cancelled
+        raise client_gone() from None
     if received > limit:
         raise too_large
 
@@ -241,6 +245,28 @@ async def read_json(request: Request, limit: int) -> dict:
         data = json.loads(bytes(body), parse_constant=no_constants)
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:  # deeper than the parser's own stack
+        data = [[]] * (MAX_JSON_DEPTH + 1)  # stands for "too deep"
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise invalid(f"the request body nests deeper than {MAX_JSON_DEPTH} levels", code="invalid_json")
     if not isinstance(data, dict):
         raise invalid("the request body must be a JSON object", code="invalid_json")
     return data
+
+
+#: Deepest nesting a body may have: a chat request with tool schemas nests about 10 deep; 1,000
+#: levels hit Python's recursion limit in the parser or the validation (a 500, issue 42).
+MAX_JSON_DEPTH = 64
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and objects nest in `value` (iterative: any depth)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, level)
+            if level > MAX_JSON_DEPTH:
+                return level
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
