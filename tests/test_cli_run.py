@@ -121,6 +121,15 @@ def test_seed_minus_one_is_random_and_other_negative_seeds_are_one_error_line(ti
     assert_one_line_error(ggufspec(*common, "--seed", "-5"), "seed must be in [0, 9223372036854775807] (2^63 - 1), or -1 for a random seed, got -5")
 
 
+def test_a_reply_that_fills_the_context_says_so_in_text_mode(tiny_target_q8: Path) -> None:
+    """It stopped without a word (issue 42); --json has stats.stop_reason."""
+    proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", "none", "-p", "word " * 200, "-n", "200",
+                    "--ctx", "256", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr
+    note = [line for line in proc.stderr.splitlines() if line.startswith("note: stopped after")]
+    assert len(note) == 1 and "filled the context of 256 tokens; raise --ctx" in note[0], proc.stderr
+
+
 def test_unknown_command_and_help() -> None:
     assert_one_line_error(ggufspec("fly"), "unknown command 'fly'")
     help_text = ggufspec("run", "--help").stdout
