@@ -409,6 +409,8 @@ def test_bad_requests_get_openai_shaped_400(server: Server, path, body, param, c
     assert isinstance(err["message"], str) and err["message"] and "\n" not in err["message"]
     assert err["type"] == "invalid_request_error"
     assert (err["param"], err["code"]) == (param, code)
+    if b"[[[[" in raw or b'{"a":{"a":' in raw:
+        assert err["message"] == "the request body nests deeper than 64 levels"
 
 
 def test_unknown_role_and_json_modes_are_named(server: Server, client) -> None:

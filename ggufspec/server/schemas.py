@@ -241,14 +241,15 @@ async def read_json(request: Request, limit: int) -> dict:
     def no_constants(name: str) -> Any:
         raise ValueError(f"{name} is not valid JSON")
 
+    too_deep = invalid(f"the request body nests deeper than {MAX_JSON_DEPTH} levels", code="invalid_json")
     try:
         data = json.loads(bytes(body), parse_constant=no_constants)
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     except RecursionError:  # deeper than the parser's own stack
-        data = [[]] * (MAX_JSON_DEPTH + 1)  # stands for "too deep"
+        raise too_deep from None
     if _depth(data) > MAX_JSON_DEPTH:
-        raise invalid(f"the request body nests deeper than {MAX_JSON_DEPTH} levels", code="invalid_json")
+        raise too_deep
     if not isinstance(data, dict):
         raise invalid("the request body must be a JSON object", code="invalid_json")
     return data
