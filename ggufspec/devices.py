@@ -237,6 +237,18 @@ def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
+def usable_cpus() -> int:
+    """Logical CPUs this process may run on (its affinity mask where the OS has one): the most
+    threads llama.cpp can run at once. More only queue on the same CPUs, and far more crash it
+    (libgomp cannot create 32768 threads; 100000 segfaults)."""
+    import psutil
+
+    try:
+        return len(psutil.Process().cpu_affinity()) or 1
+    except (AttributeError, OSError, psutil.Error):  # no affinity API (macOS)
+        return psutil.cpu_count(logical=True) or os.cpu_count() or 1
+
+
 def system_info(*, vram: tuple[int, ...] | None = None, sysfs: Path = Path("/sys")) -> SystemInfo:
     """GPUs (detected, or the `vram` budget), RAM and cores.
 

@@ -26,6 +26,7 @@ from typing import Callable
 from ggufspec.errors import UserError
 from ggufspec.hub import sha256_file
 from ggufspec.paths import cache_dir
+from ggufspec.temps import remove_stale
 
 # The default pair, chosen by measurement on a 2-core CPU (see ggufspec/pairs/default.toml). "auto" is the
 # most precise encoding whose greedy output this llama.cpp build keeps token-identical to the target
@@ -145,22 +146,9 @@ def resolve_embedded(name: str, quant: str) -> Path:
 _TEMP = re.compile(r"^\..+\.(?P<pid>\d+)\.tmp$")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def _remove_stale_temps(directory: Path) -> None:
     """Remove the temp files (``.NAME.PID.tmp``) in ``directory`` whose process is gone."""
-    for p in directory.glob(".*.tmp"):
-        m = _TEMP.match(p.name)
-        if m and int(m["pid"]) != os.getpid() and not _pid_alive(int(m["pid"])):
-            p.unlink(missing_ok=True)
+    remove_stale(directory, _TEMP, glob=".*.tmp")
 
 
 def _remove_own_temps(dst: Path) -> None:

@@ -484,9 +484,12 @@ def load_pair(
     except BaseException:
         pair.close()
         raise
-    if settings.rpc:  # llama.cpp's connections to the workers exist now: a dead one is found in 25 s
+    if settings.rpc:  # llama.cpp's connections to the workers exist now: a dead one is found in 25 s,
+        from ggufspec.llama import stall  # a frozen one in 20 (ggufspec.llama.stall)
         from ggufspec.llama.devices import harden_worker_sockets
         from ggufspec.rpc import parse_endpoints
 
-        harden_worker_sockets(parse_endpoints(",".join(settings.rpc)))
+        endpoints = parse_endpoints(",".join(settings.rpc))
+        harden_worker_sockets(endpoints)
+        stall.arm(endpoints)
     return pair

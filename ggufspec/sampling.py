@@ -17,6 +17,11 @@ import numpy as np
 from ggufspec.errors import UserError
 
 
+#: The largest seed, everywhere (--seed, a server request's seed): llama.cpp's seeds are 64-bit
+#: and -1 means "random", so a signed 64-bit value.
+MAX_SEED = 2**63 - 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class SamplingSettings:
     """How a logits row becomes a distribution. Defaults are greedy."""
@@ -36,8 +41,8 @@ class SamplingSettings:
             raise UserError(f"top-p must be in (0, 1], got {self.top_p}; use 1 to turn it off")
         if not (0.0 <= self.min_p < 1.0):
             raise UserError(f"min-p must be in [0, 1), got {self.min_p}; use 0 to turn it off")
-        if self.seed is not None and self.seed < -1:
-            raise UserError(f"seed must be >= 0, or -1 for a random seed, got {self.seed}")
+        if self.seed is not None and not -1 <= self.seed <= MAX_SEED:
+            raise UserError(f"seed must be in [0, {MAX_SEED}] (2^63 - 1), or -1 for a random seed, got {self.seed}")
         if self.seed == -1:  # llama.cpp's LLAMA_DEFAULT_SEED: one spelling of "unseeded" from here on
             object.__setattr__(self, "seed", None)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
 import tempfile
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ggufspec.errors import UserError
+from ggufspec.temps import remove_stale
 
 if TYPE_CHECKING:
     from ggufspec.runtime import SpeculativePair
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
 MAGIC = b"ggufspec-session\n"
 VERSION = 1
 _FINGERPRINT_SPAN = 1 << 20  # bytes hashed at each end of a model file
+# a save in progress: ".NAME.PID.XXXXXXXX.session-tmp" beside NAME; one whose process is gone
+# (a save killed midway) is swept by the next save into that folder
+_TEMP_SUFFIX = ".session-tmp"
+_TEMP = re.compile(r"^\..+\.(?P<pid>\d+)\.[^.]+" + re.escape(_TEMP_SUFFIX) + "$")
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,27 @@ def fingerprint(path: str | Path) -> str:
 # ---- the file format (pure) -----------------------------------------------------------------
 
 
+def check_save_path(path: str | Path) -> Path:
+    """`path` can take a session: a regular file or nothing yet, in a folder that exists and that
+    this process may write (a session is written beside it, then renamed over it).
+
+    Raises:
+        UserError: a folder, a FIFO, a device or a symbolic link there (saving would replace it),
+            a missing folder, or one this process may not write.
+    """
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        what = "a symbolic link" if path.is_symlink() else "a folder" if path.is_dir() else "not a regular file"
+        raise UserError(f"cannot save the session to {path}: it is {what}, which saving would replace; "
+                        "name a regular file")
+    if not path.parent.is_dir():
+        raise UserError(f"cannot save the session to {path}: folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UserError(f"cannot save the session to {path}: folder {path.parent} is not writable; "
+                        "name a file in a folder you may write")
+    return path
+
+
 def write_session(path: str | Path, header: Mapping[str, Any], blobs: Sequence[bytes]) -> None:
     """Write header + blobs atomically (a temp file in the same folder, then os.replace)."""
     path = Path(path)
@@ -69,9 +96,12 @@ def write_session(path: str | Path, header: Mapping[str, Any], blobs: Sequence[b
         text = json.dumps(dict(header), separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         raise UserError(f"session meta must be plain JSON (strings, numbers, lists, dicts): {exc}") from None
-    if not path.parent.is_dir():
-        raise UserError(f"cannot save the session to {path}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    check_save_path(path)
+    remove_stale(path.parent, _TEMP, glob=f".*{_TEMP_SUFFIX}")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=_TEMP_SUFFIX)
+    except OSError as exc:
+        raise UserError(f"cannot save the session to {path}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(MAGIC + struct.pack("<Q", len(text)) + text)
@@ -80,12 +110,55 @@ def write_session(path: str | Path, header: Mapping[str, Any], blobs: Sequence[b
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):  # a full disk, a folder swapped in meanwhile, ...
+            raise UserError(f"cannot save the session to {path}: {exc.strerror or exc}") from None
         raise
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+# each cache entry's fields and what they must be (a header is checked field by field: its
+# checksums cover the blobs only, so a hand-edited header reads as well as a saved one)
+_CACHE_FIELDS: dict[str, tuple[str, Any]] = {
+    "role": ("a string", lambda x: isinstance(x, str)),
+    "file": ("a string", lambda x: isinstance(x, str)),
+    "fingerprint": ("a string", lambda x: isinstance(x, str)),
+    "n_ctx": ("a whole number", lambda x: _is_int(x) and x > 0),
+    "cache_type_k": ("a string", lambda x: isinstance(x, str)),
+    "cache_type_v": ("a string", lambda x: isinstance(x, str)),
+    "tokens": ("a list of token ids", lambda x: isinstance(x, list) and all(_is_int(t) and t >= 0 for t in x)),
+    "bytes": ("a byte count", lambda x: _is_int(x) and x >= 0),
+    "sha256": ("a string", lambda x: isinstance(x, str)),
+}
+
+
+def _check_header(header: Any, path: Path) -> None:
+    """Refuse (UserError) a header whose fields are missing or of the wrong type."""
+    def corrupt(what: str) -> UserError:
+        return UserError(f"session file {path} is corrupt (header: {what}); save the session again")
+
+    if not isinstance(header, dict):
+        raise corrupt("not a JSON object")
+    if not isinstance(header.get("meta", {}), dict):
+        raise corrupt("meta is not an object")
+    caches = header.get("caches")
+    if not isinstance(caches, list) or not caches:
+        raise corrupt("caches is not a list of caches")
+    for i, cache in enumerate(caches):
+        if not isinstance(cache, dict):
+            raise corrupt(f"caches[{i}] is not an object")
+        for key, (kind, ok) in _CACHE_FIELDS.items():
+            if key not in cache or not ok(cache[key]):
+                raise corrupt(f"caches[{i}].{key} is not {kind}")
+        if len(cache["tokens"]) > cache["n_ctx"]:
+            raise corrupt(f"caches[{i}] holds more tokens than its context")
 
 
 def read_session(path: str | Path) -> tuple[dict, list[bytes]]:
@@ -110,15 +183,16 @@ def read_session(path: str | Path) -> tuple[dict, list[bytes]]:
             raise UserError(truncated)
         try:
             header = json.loads(f.read(n_header))
-            caches = header["caches"]
-            sizes = [int(c["bytes"]) for c in caches]
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             raise UserError(f"session file {path} is corrupt (unreadable header); save the session again") from None
-        if header.get("version") != VERSION:
+        if isinstance(header, dict) and header.get("version") != VERSION:
             raise UserError(
-                f"session file {path} has format version {header.get('version')}, this ggufspec reads {VERSION}; "
+                f"session file {path} has format version {header.get('version')!r}, this ggufspec reads {VERSION}; "
                 "save the session again with this version"
             )
+        _check_header(header, path)
+        caches = header["caches"]
+        sizes = [c["bytes"] for c in caches]
         expected = prefix + n_header + sum(sizes)
         if size < expected:
             raise UserError(
@@ -196,7 +270,7 @@ def load_pair_session(pair: SpeculativePair, path: str | Path) -> SessionInfo:
                 f"session {path} was saved with a {got.get(key)} KV cache, this pair's is {want[key]}; "
                 f"use --cache-type {got.get(key)} or start a new session"
             )
-    tokens = [int(t) for t in got.get("tokens", ())]
+    tokens = list(got["tokens"])  # checked by read_session
     if not pair.target_ctx.load_state(blobs[0], tokens):
         for drafter in pair._all_drafters():
             drafter.reset()
@@ -209,7 +283,7 @@ def load_pair_session(pair: SpeculativePair, path: str | Path) -> SessionInfo:
         match = next(
             (i for i, c in enumerate(saved) if i > 0 and all(c.get(k) == mine[k] for k in mine if k != "file")), None
         )
-        if match is None or not ctx.load_state(blobs[match], [int(t) for t in saved[match].get("tokens", ())]):
+        if match is None or not ctx.load_state(blobs[match], saved[match]["tokens"]):
             drafter.reset()
     for drafter in pair._all_drafters():
         if all(drafter is not d for d, _, _ in _model_contexts(pair)):

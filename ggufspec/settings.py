@@ -34,6 +34,16 @@ Layers = int | Literal["auto", "all"]
 DraftKV = Literal["auto", "own"]
 
 
+def check_threads(n: int) -> None:
+    """Refuse a --threads below 1 or above the CPUs this process can use (`devices.usable_cpus`)."""
+    from ggufspec.devices import usable_cpus
+
+    most = usable_cpus()
+    if not 1 <= n <= most:
+        raise UserError(f"--threads must be between 1 and {most} (the CPUs this machine lets ggufspec use), "
+                        f"got {n}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ContextSettings:
     """One inference context: the knobs that change its KV cache, compute buffer and speed."""
@@ -56,8 +66,8 @@ class ContextSettings:
         if self.n_batch < 1 or self.n_ubatch < 1:
             raise UserError(f"batch sizes must be positive, got n_batch={self.n_batch}, n_ubatch={self.n_ubatch}")
         for threads in (self.n_threads, self.n_threads_batch):
-            if threads is not None and threads < 1:
-                raise UserError(f"--threads must be >= 1, got {threads}")
+            if threads is not None:
+                check_threads(threads)
         for name in (self.cache_type_k, self.cache_type_v):
             if name != "auto" and name not in CACHE_TYPES:
                 raise UserError(f"unknown KV cache type {name!r}; choose one of: auto, {', '.join(CACHE_TYPES)}")
@@ -99,6 +109,9 @@ class ModelSettings:
 # means); a paired real A/B over both sets (116 pairs) read 1.001 [0.978-1.024], with 18% fewer
 # rounds: longer rounds cost about what they save.
 DRAFT_MAX = 8
+# The most --draft-max may be, everywhere (run, bench, chat's /k, a server request's draft_max): a
+# verify batch is draft_max + 1 rows (plus --draft-extend), far past where drafting pays.
+DRAFT_MAX_LIMIT = 64
 DRAFT_EXTEND = 4  # most tokens of lookup's continuation appended to a model's draft (--draft-extend)
 
 

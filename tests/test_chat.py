@@ -17,6 +17,7 @@ import os
 import re
 import selectors
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +141,54 @@ def test_save_then_resume_in_a_new_process(tiny_target_q8: Path, tiny_draft_q8: 
     assert other.returncode == 2
     assert _errors(other.stderr) == [other.stderr.strip().splitlines()[-1]]
     assert "belongs to another target model" in other.stderr
+
+
+def test_a_save_that_cannot_be_done_is_one_error_and_the_conversation_goes_on(
+        tiny_target_q8: Path, tiny_draft_q8: Path, tmp_path: Path) -> None:
+    """/save onto a folder died with IsADirectoryError (conversation lost); onto a FIFO, a device or a
+    symbolic link it replaced them; where this process may not write, PermissionError (issue 42). Each is one error line, nothing is replaced, and the console goes on."""
+    fifo, link, target = tmp_path / "pipe", tmp_path / "link", tmp_path / "kept.txt"
+    os.mkfifo(fifo)
+    target.write_text("kept")
+    link.symlink_to(target)
+    bad = [f"/save {tmp_path}", f"/save {fifo}", f"/save {link}", "/save /dev/null", "/save /proc/talk.bin",
+           f"/save {tmp_path / 'missing' / 'talk.bin'}"]
+    r = _chat(tiny_target_q8, tiny_draft_q8, ["Hi", *bad, "Hello again", f"/save {tmp_path / 'talk.bin'}"])
+    assert r.returncode == 0, r.stderr
+    errors = _errors(r.stderr)
+    assert len(errors) == len(bad) and all(e.startswith("error: cannot save the session to ") for e in errors), errors
+    assert "it is a folder" in errors[0] and "not a regular file" in errors[1] and "symbolic link" in errors[2]
+    assert errors[4].startswith("error: cannot save the session to /proc/talk.bin: ")  # not writable, even by root
+    assert "does not exist" in errors[5]
+    assert "Traceback" not in r.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and link.is_symlink() and target.read_text() == "kept"
+    assert Path("/dev/null").is_char_device()
+    _replies(r.stdout, ["Hi", "Hello again"])  # the console went on talking
+    assert f"[saved 4 messages and the KV caches to {tmp_path / 'talk.bin'}]" in r.stdout
+
+
+def test_a_session_that_could_not_be_saved_is_refused_before_the_conversation(
+        tiny_target_q8: Path, tiny_draft_q8: Path, tmp_path: Path) -> None:
+    """--session in a missing folder ran the whole conversation and failed at quit with exit 0."""
+    for session, words in [(tmp_path / "missing" / "talk.bin", "does not exist"),
+                           (tmp_path / "link", "symbolic link")]:
+        if session.name == "link":
+            session.symlink_to(tmp_path / "elsewhere.bin")
+        r = _chat(tiny_target_q8, tiny_draft_q8, ["Hi"], "--session", str(session))
+        assert r.returncode == 2 and "> Hi" not in r.stdout, (r.stdout, r.stderr)
+        assert _errors(r.stderr) == [r.stderr.strip()] and words in r.stderr, r.stderr
+
+
+def test_a_save_killed_midway_leaves_a_temp_file_the_next_save_sweeps(
+        tiny_target_q8: Path, tiny_draft_q8: Path, tmp_path: Path) -> None:
+    """Temp files of a save killed midway were never swept (derivation temps are)."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".talk.bin.{int(dead.stdout)}.abcd1234.session-tmp"
+    stale.write_bytes(b"half a session")
+    r = _chat(tiny_target_q8, tiny_draft_q8, ["Hi", f"/save {tmp_path / 'talk.bin'}"])
+    assert r.returncode == 0, r.stderr
+    assert not stale.exists() and (tmp_path / "talk.bin").is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["talk.bin"]
 
 
 def test_bad_commands_get_one_line_errors_and_the_console_goes_on(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
@@ -290,8 +339,11 @@ def test_session_conversation_round_trips_and_bad_meta_is_refused() -> None:
 def test_bad_flags_fail_in_one_line_before_loading(tmp_path: Path) -> None:
     for extra, words in [(["--temp", "-1"], "temperature must be >= 0"),
                          (["--accept", "greedy", "--temp", "0.5"], "needs --temp 0"),
-                         (["--draft-max", "0"], "K must be in [1, 64]"),
-                         (["--session", str(tmp_path)], "is not a file"),
+                         (["--draft-max", "0"], "K (draft-max) must be in [1, 64]"),
+                         (["--draft-max", "100000"], "K (draft-max) must be in [1, 64], got 100000"),
+                         (["--seed", str(2**63)], "seed must be in [0, 9223372036854775807]"),
+                         (["--session", str(tmp_path)], "it is a folder, which saving would replace"),
+                         (["--session", str(tmp_path / "missing" / "talk.bin")], "does not exist"),
                          (["--pair", "default", "--draft", "lookup"], "--pair names both")]:
         r = subprocess.run([sys.executable, "-m", "ggufspec.cli", "chat", *extra], input="", capture_output=True,
                            text=True, timeout=600)

@@ -84,7 +84,9 @@ def bad_files(tmp_path_factory, tiny_target_q8: Path) -> dict[str, Path]:
         ("negative temperature", ["--temp", "-0.5"], ["temperature must be >= 0"]),
         ("top-p zero", ["--top-p", "0"], ["top-p must be in (0, 1]"]),
         ("top-p above one", ["--top-p", "1.5"], ["top-p must be in (0, 1]"]),
-        ("draft-max zero", ["--draft-max", "0"], ["draft-max must be >= 1"]),
+        ("draft-max zero", ["--draft-max", "0"], ["draft-max must be in [1, 64], got 0"]),
+        ("draft-max above the limit", ["--draft-max", "100000"], ["draft-max must be in [1, 64], got 100000"]),
+        ("seed above 2^63", ["--temp", "0.8", "--seed", str(2**64)], ["seed must be in [0, 9223372036854775807]"]),
         ("unknown rule", ["--accept", "typical"], ["unknown acceptance rule 'typical'"]),
         ("unknown variant", ["--temp", "1", "--variant", "google"], ["leviathan or chen"]),
         ("greedy rule when sampling", ["--temp", "1", "--accept", "greedy"], ["--accept greedy needs --temp 0"]),
@@ -116,7 +118,16 @@ def test_seed_minus_one_is_random_and_other_negative_seeds_are_one_error_line(ti
     proc = ggufspec(*common, "--seed", "-1")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["stats"]["generated_tokens"] == 4
-    assert_one_line_error(ggufspec(*common, "--seed", "-5"), "seed must be >= 0, or -1 for a random seed, got -5")
+    assert_one_line_error(ggufspec(*common, "--seed", "-5"), "seed must be in [0, 9223372036854775807] (2^63 - 1), or -1 for a random seed, got -5")
+
+
+def test_a_reply_that_fills_the_context_says_so_in_text_mode(tiny_target_q8: Path) -> None:
+    """It stopped without a word (issue 42); --json has stats.stop_reason."""
+    proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", "none", "-p", "word " * 200, "-n", "200",
+                    "--ctx", "256", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr
+    note = [line for line in proc.stderr.splitlines() if line.startswith("note: stopped after")]
+    assert len(note) == 1 and "filled the context of 256 tokens; raise --ctx" in note[0], proc.stderr
 
 
 def test_unknown_command_and_help() -> None:

@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -245,6 +245,24 @@ def test_huge_counts_are_one_line_errors(tiny_bytes_target: Path, tmp_path: Path
     data[at:at + 8] = value.to_bytes(8, "little")
     bad = tmp_path / "counts.gguf"
     bad.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=message):
+        read_model_info(bad)
+
+
+@pytest.mark.parametrize("ttype,message", [
+    (0xDEADBEEF, "is corrupt: tensor 'output_norm.weight' has type 3735928559, which is no GGML type"),
+    (max(GGMLQuantizationType) + 1, "of unknown type .*: the file is corrupt, or it needs a newer gguf package"),
+])
+def test_a_corrupt_tensor_type_says_corrupt(small_model: tuple[Path, bytes, int], tmp_path: Path, ttype: int,
+                                            message: str) -> None:
+    """A damaged type field said "this model needs a newer gguf package" (issue 42)."""
+    _, data, _ = small_model
+    name = b"output_norm.weight"
+    at = data.index(name) + len(name)  # then n_dims (u32), the dims (u64 each), the type (u32)
+    n_dims = int.from_bytes(data[at:at + 4], "little")
+    at += 4 + 8 * n_dims
+    bad = tmp_path / "type.gguf"
+    bad.write_bytes(data[:at] + ttype.to_bytes(4, "little") + data[at + 4:])
     with pytest.raises(UserError, match=message):
         read_model_info(bad)
 

@@ -5,8 +5,10 @@ A worker serves one client process at a time, so every client here is a subproce
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -188,14 +190,47 @@ def test_worker_killed_mid_generation_exits_2_within_30s(tiny_target: Path) -> N
     assert len(err.strip().splitlines()) == 1
 
 
-def test_server_survives_a_dead_worker(tiny_target: Path, tiny_draft: Path, tmp_path: Path) -> None:
+def test_worker_frozen_mid_generation_exits_2_within_30s(workers: str, tiny_target: Path) -> None:
+    """`kill -STOP` of one of two workers mid-generation: the kernel keeps its connection open and
+    acknowledges what is sent, so nothing fails on its own (run hung for 100-300 s, issue 42); the
+    stall watchdog names the worker and `run` exits 2 within 30 s of the stop."""
+    frozen = _start_worker()
+    try:
+        endpoints = f"{workers.split(',')[0]},{frozen[1]}"
+        run = subprocess.Popen([sys.executable, "-m", "ggufspec.cli", "run", "--target",
+                                str(tiny_target), "--draft", "none", "--rpc", endpoints, "--ngl", "all", "-p",
+                                "Once upon a time", "-n", "3000", "--threads", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        assert run.stdout is not None
+        run.stdout.read(1)  # generating (3000 tokens: it runs for a while yet)
+        os.kill(frozen[0].pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            out, err = run.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.communicate()
+            pytest.fail("run still hung 60 s after its worker froze")
+        waited = time.monotonic() - stopped
+    finally:
+        os.kill(frozen[0].pid, signal.SIGCONT)
+        frozen[0].kill()
+        frozen[0].wait()
+    assert run.returncode == 2, (out, err)
+    assert err.strip() == (f"error: RPC worker {frozen[1]} did not answer for 20 s (frozen, stopped or unreachable); "
+                           "restart it (`ggufspec rpc-server`) and run again")
+    assert waited < 30
+
+
+@contextlib.contextmanager
+def _serving(target: Path, draft: Path, endpoints: str, log: Path):
+    """`ggufspec serve --rpc endpoints` on a free port; yields its URL once /health answers, and
+    checks that it stops within 30 s of SIGTERM."""
     import httpx
 
-    worker, endpoint = _start_worker()
-    log = tmp_path / "serve.log"
     with log.open("wb") as out:
-        srv = subprocess.Popen([sys.executable, "-m", "ggufspec.cli", "serve", "--target", str(tiny_target), "--draft",
-                                str(tiny_draft), "--rpc", endpoint, "--host", "127.0.0.1", "--port", "0", "--threads", "1",
+        srv = subprocess.Popen([sys.executable, "-m", "ggufspec.cli", "serve", "--target", str(target), "--draft",
+                                str(draft), "--rpc", endpoints, "--host", "127.0.0.1", "--port", "0", "--threads", "1",
                                 "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=_env())
     try:
         url = None
@@ -211,20 +246,9 @@ def test_server_survives_a_dead_worker(tiny_target: Path, tiny_draft: Path, tmp_
                     pass
             time.sleep(0.05)
         assert url is not None
-        body = {"model": "m", "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}
-        ok = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
-        assert ok.status_code == 200, ok.text
-        worker.kill()
-        worker.wait()
-        lost = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
-        assert lost.status_code == 503 and "RPC worker" in lost.text, lost.text
-        health = httpx.get(f"{url}/health", timeout=5)
-        assert health.status_code == 503 and health.json()["status"] == "unavailable"
-        again = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
-        assert again.status_code == 503
+        yield url
         assert srv.poll() is None  # still serving
     finally:
-        worker.kill()
         srv.terminate()
         try:
             srv.wait(timeout=30)
@@ -232,6 +256,59 @@ def test_server_survives_a_dead_worker(tiny_target: Path, tiny_draft: Path, tmp_
             srv.kill()
             srv.wait()
             pytest.fail("the server did not stop within 30 s of SIGTERM after losing its worker")
+
+
+def test_server_survives_a_dead_worker(tiny_target: Path, tiny_draft: Path, tmp_path: Path) -> None:
+    import httpx
+
+    worker, endpoint = _start_worker()
+    try:
+        with _serving(tiny_target, tiny_draft, endpoint, tmp_path / "serve.log") as url:
+            body = {"model": "m", "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}
+            ok = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+            assert ok.status_code == 200, ok.text
+            worker.kill()
+            worker.wait()
+            lost = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+            assert lost.status_code == 503 and "RPC worker" in lost.text, lost.text
+            health = httpx.get(f"{url}/health", timeout=5)
+            assert health.status_code == 503 and health.json()["status"] == "unavailable"
+            again = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+            assert again.status_code == 503
+    finally:
+        worker.kill()
+
+
+def test_server_reports_a_frozen_worker_within_30s(tiny_target: Path, tiny_draft: Path, tmp_path: Path) -> None:
+    """`kill -STOP` of the worker mid-stream: the stream stalled and /health said "ok" for good
+    (issue 42). Now the stream ends with a device_lost error event and [DONE] within 30 s, /health
+    says why it is unavailable, and later requests get 503."""
+    import httpx
+
+    worker, endpoint = _start_worker()
+    try:
+        with _serving(tiny_target, tiny_draft, endpoint, tmp_path / "serve.log") as url:
+            body = {"prompt": "Once upon a time", "max_tokens": 3000, "temperature": 0, "stream": True}
+            with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
+                lines = r.iter_lines()
+                assert next(lines).startswith("data: ")  # generating
+                os.kill(worker.pid, signal.SIGSTOP)
+                stopped = time.monotonic()
+                tail = [line for line in lines if line][-2:]
+                waited = time.monotonic() - stopped
+            assert waited < 30
+            error = json.loads(tail[0].removeprefix("data: "))["error"]
+            assert error["code"] == "device_lost" and f"RPC worker {endpoint} did not answer" in error["message"]
+            assert tail[1] == "data: [DONE]"
+            health = httpx.get(f"{url}/health", timeout=5)
+            assert health.status_code == 503 and health.json()["status"] == "unavailable"
+            assert f"RPC worker {endpoint} did not answer for 20 s" in health.json()["reason"]
+            again = httpx.post(f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
+            assert again.status_code == 503 and again.json()["error"]["code"] == "device_lost"
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+        worker.kill()
+        worker.wait()
 
 
 def test_worker_of_another_version_is_one_line_exit_2() -> None:

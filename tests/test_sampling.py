@@ -67,7 +67,8 @@ def test_sample_follows_the_distribution_and_skips_zeros() -> None:
         ({"top_p": 1.5}, r"top-p must be in \(0, 1\]"),
         ({"top_k": -1}, "top-k must be >= 0"),
         ({"min_p": 1.0}, r"min-p must be in \[0, 1\)"),
-        ({"seed": -2}, r"seed must be >= 0, or -1 for a random seed, got -2"),
+        ({"seed": -2}, r"seed must be in \[0, 9223372036854775807\] \(2\^63 - 1\), or -1 for a random seed, got -2"),
+        ({"seed": 2**63}, r"seed must be in \[0, 9223372036854775807\].*got 9223372036854775808"),
     ],
 )
 def test_bad_settings_are_user_errors(kwargs, message) -> None:

@@ -392,6 +392,10 @@ BAD = [
      "response_format", "invalid_value"),
     ("completion-json-object", C, {"prompt": "x", "response_format": {"type": "json_object"}}, "response_format", "invalid_value"),
     ("response-format-string", CHAT, {"messages": CHATS[0], "response_format": "json"}, "response_format", "invalid_type"),
+    # issue 42: 1,000 levels (2 KB) were a 500 (RecursionError) and reset the connection
+    ("nested-1000", CHAT, b'{"messages": [], "tools": ' + b"[" * 1000 + b"]" * 1000 + b"}", None, "invalid_json"),
+    ("nested-100", C, b'{"prompt": "x", "logit_bias": ' + b'{"a":' * 100 + b"1" + b"}" * 100 + b"}", None, "invalid_json"),
+    ("nested-array-body", C, b"[" * 5000 + b"]" * 5000, None, "invalid_json"),
 ]
 
 
@@ -405,6 +409,8 @@ def test_bad_requests_get_openai_shaped_400(server: Server, path, body, param, c
     assert isinstance(err["message"], str) and err["message"] and "\n" not in err["message"]
     assert err["type"] == "invalid_request_error"
     assert (err["param"], err["code"]) == (param, code)
+    if b"[[[[" in raw or b'{"a":{"a":' in raw:
+        assert err["message"] == "the request body nests deeper than 64 levels"
 
 
 def test_unknown_role_and_json_modes_are_named(server: Server, client) -> None:
@@ -627,6 +633,22 @@ def test_killed_client_frees_the_pair_within_a_step(gated: Gated, tmp_path: Path
     _wait_until(lambda: not gated.health()["busy"])
     r = httpx.post(f"{gated.url}{C}", json={"prompt": "Hello", "max_tokens": 2}, headers=AUTH, timeout=60)
     assert r.status_code == 200
+
+
+def test_a_client_gone_while_sending_its_body_is_no_error(gated: Gated, caplog: pytest.LogCaptureFixture) -> None:
+    """A client that closes the connection halfway through its body left a ClientDisconnect
+    traceback and counted as an error in /metrics (issue 42): now it counts as cancelled."""
+    errors, gone0 = f'ggufspec_requests_total{{endpoint="{C}",outcome="error"}}', gated.metric(_gone(C))
+    errors0 = gated.metric(errors)
+    host, port = gated.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(f"POST {C} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {API_KEY}\r\n"
+                     "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"prompt\": \"x".encode())
+        time.sleep(0.2)  # the server is reading the body
+    _wait_until(lambda: gated.metric(_gone(C)) > gone0)
+    assert gated.metric(errors) == errors0
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
+    assert httpx.post(f"{gated.url}{C}", json={"prompt": "x", "max_tokens": 2}, headers=AUTH, timeout=60).status_code == 200
 
 
 def test_disconnected_plain_request_is_cancelled(gated: Gated) -> None:

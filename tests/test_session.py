@@ -134,6 +134,53 @@ def test_truncated_corrupt_and_foreign_files_are_refused(saved, tmp_path: Path) 
     assert gen.tokens == saved["second"]
 
 
+def _crafted(saved_path: Path, dst: Path, edit) -> Path:
+    """The saved session with its header edited by `edit(header)` and the blobs kept: every checksum
+    still matches (what an attacker or a hand edit makes)."""
+    data = saved_path.read_bytes()
+    n = int.from_bytes(data[len(MAGIC):len(MAGIC) + 8], "little")
+    header = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + n])
+    edit(header)
+    text = json.dumps(header).encode()
+    dst.write_bytes(MAGIC + len(text).to_bytes(8, "little") + text + data[len(MAGIC) + 8 + n:])
+    return dst
+
+
+CRAFTED = {  # issue 42: valid checksums, a field of the wrong type
+    "meta string": (lambda h: h.update(meta="x"), "meta is not an object"),
+    "tokens number": (lambda h: h["caches"][0].update(tokens=5), "caches[0].tokens is not a list of token ids"),
+    "tokens strings": (lambda h: h["caches"][0].update(tokens=["abc"]), "caches[0].tokens is not a list"),
+    "tokens booleans": (lambda h: h["caches"][0].update(tokens=[True]), "caches[0].tokens is not a list"),
+    "draft tokens": (lambda h: h["caches"][1].update(tokens=[-1]), "caches[1].tokens is not a list"),
+    "n_ctx string": (lambda h: h["caches"][0].update(n_ctx="512"), "caches[0].n_ctx is not a whole number"),
+    "bytes string": (lambda h: h["caches"][0].update(bytes=str(h["caches"][0]["bytes"])), "caches[0].bytes"),
+    "caches object": (lambda h: h.update(caches={"role": "target"}), "caches is not a list"),
+    "cache string": (lambda h: h["caches"].__setitem__(1, "x"), "caches[1] is not an object"),
+    "role missing": (lambda h: h["caches"][0].pop("role"), "caches[0].role is not a string"),
+    "header list": (lambda h: (h.clear(), h.update(version=1)), "caches is not a list"),
+}
+
+
+@pytest.mark.parametrize("case", list(CRAFTED))
+def test_crafted_headers_are_refused_field_by_field(saved, tmp_path: Path, case: str) -> None:
+    edit, words = CRAFTED[case]
+    path = _crafted(saved["path"], tmp_path / "crafted.session", edit)
+    with _open(saved["target"], saved["draft"]) as pair:
+        msg = one_line_error(pair, path, "is corrupt")
+    assert words in msg and msg.endswith("save the session again"), msg
+
+
+def test_a_crafted_session_is_one_error_line_in_chat(saved, tmp_path: Path) -> None:
+    """`chat --session` on such a file gave a TypeError traceback and exit 1."""
+    path = _crafted(saved["path"], tmp_path / "crafted.session", CRAFTED["tokens number"][0])
+    r = subprocess.run([sys.executable, "-m", "ggufspec.cli", "chat", "--target", str(saved["target"]), "--draft",
+                        str(saved["draft"]), "--threads", "1", "--ctx", "512", "--session", str(path)],
+                       input="", capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(f"error: session file {path} is corrupt (header: caches[0]")
+    assert "Traceback" not in r.stderr
+
+
 def test_saving_is_atomic_and_meta_must_be_json(saved, tmp_path: Path) -> None:
     path = tmp_path / "s.session"
     with _open(saved["target"], None) as pair:

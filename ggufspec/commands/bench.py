@@ -39,7 +39,7 @@ from pathlib import Path
 
 from ggufspec.commands import add_draft_kv_argument, add_pair_argument, add_rpc_argument
 from ggufspec.errors import UserError
-from ggufspec.settings import DRAFT_MAX
+from ggufspec.settings import DRAFT_MAX, check_threads
 
 QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1}  # per prompt set
 FULL_DRAFT_QUANTS = "Q4_0,Q2_K"
@@ -109,14 +109,17 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from ggufspec import bench
+    from ggufspec.drafters import DraftLengthSettings
     from ggufspec.resolve import LOOKUP, resolve_pair_refs
 
     # ---- validate everything before loading anything ----------------------------------------
     k_values = _ints(args.sweep_k or ("2,4,8" if args.quick else "1,2,4,8"), "--sweep-k")
+    for k in (*k_values, args.draft_max):
+        DraftLengthSettings(draft_max=k)  # the one draft-max limit (settings.DRAFT_MAX_LIMIT)
     if args.max_tokens < 2:
         raise UserError(f"-n must be >= 2, got {args.max_tokens}")
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    if args.threads is not None:
+        check_threads(args.threads)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be >= 1, got {args.limit}")
     repeats = args.repeats if args.repeats is not None else (1 if args.quick else 3)

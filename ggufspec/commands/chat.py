@@ -81,8 +81,13 @@ def run(args: argparse.Namespace) -> int:
         length=DraftLengthSettings(always_draft=args.always_draft),
     )
     settings_of_pair = pair_settings(args)
-    if args.session is not None and args.session.exists() and not args.session.is_file():
-        raise UserError(f"--session {args.session} is not a file; name a file to resume or to create")
+    if args.session is not None:  # before the conversation: a save at quit must not fail
+        from ggufspec.session import check_save_path
+
+        try:
+            check_save_path(args.session)
+        except UserError as exc:
+            raise UserError(f"--session: {exc}") from None
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
     draft_ref = refs.draft or "none"
 

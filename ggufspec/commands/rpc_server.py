@@ -30,11 +30,12 @@ def run(args: argparse.Namespace) -> int:
     from ggufspec.devices import physical_cores
     from ggufspec.errors import UserError
     from ggufspec.rpc import is_loopback
+    from ggufspec.settings import check_threads
 
     if not 0 < args.port < 65536:
         raise UserError(f"--port {args.port} is not a TCP port; give one in 1..65535")
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads must be 1 or more, got {args.threads}")
+    if args.threads is not None:
+        check_threads(args.threads)
     if not is_loopback(args.host):
         sys.stderr.write(f"warning: listening on {args.host}: llama.cpp's RPC protocol has no authentication "
                          "and no encryption; anyone who reaches this port can use this machine. Use it on a "

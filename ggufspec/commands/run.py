@@ -259,6 +259,9 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
         return
+    if s.stop_reason == "context":  # --json says so in stats.stop_reason
+        sys.stderr.write(f"note: stopped after {s.generated_tokens} tokens: the prompt and the reply filled the "
+                         f"context of {pair.target_ctx.n_ctx} tokens; raise --ctx for a longer reply\n")
     from rich.console import Console
     from rich.table import Table
 

@@ -90,8 +90,7 @@ class Console:
                 self.out.flush()
             if not self.handle(line):
                 break
-        self.quit()
-        return 0
+        return 0 if self.quit() else 2
 
     def handle(self, line: str) -> bool:
         """One input line; False when the console should quit."""
@@ -106,12 +105,15 @@ class Console:
             self.error(str(exc))
         return True
 
-    def quit(self) -> None:
+    def quit(self) -> bool:
+        """Save the session when --session names one; False when that failed (said on stderr)."""
         if self.session is not None:
             try:
                 self.save(self.session)
             except UserError as exc:
                 self.error(str(exc))
+                return False
+        return True
 
     # ---- output ------------------------------------------------------------------------------
 

@@ -130,12 +130,21 @@ def _group(name: str) -> tuple[str, int | None]:
     return "other", None
 
 
+# a type id this far past the gguf package's last known one is damage, not a newer format (llama.cpp
+# has added a few types a year)
+_NEW_TYPES_AHEAD = 16
+
+
 def _tensor_bytes(shape: tuple[int, ...], ttype: int, name: str, path: Path) -> tuple[str, int]:
     try:
         qt = GGMLQuantizationType(ttype)
     except ValueError:
+        if ttype > max(GGMLQuantizationType) + _NEW_TYPES_AHEAD:  # no release adds this many types
+            raise UserError(f"{path} is corrupt: tensor {name!r} has type {ttype}, which is no GGML type; "
+                            "download the model again") from None
         raise UserError(
-            f"{path} has tensor {name!r} of unknown type {ttype}; this model needs a newer gguf package"
+            f"{path} has tensor {name!r} of unknown type {ttype}: the file is corrupt, or it needs a newer gguf "
+            "package (pip install -U gguf)"
         ) from None
     block, size = GGML_QUANT_SIZES[qt]
     n = math.prod(shape)  # Python ints: no int64 wrap-around

@@ -9,7 +9,7 @@ import numpy as np
 
 from ggufspec.devices import physical_cores
 from ggufspec.errors import UserError
-from ggufspec.llama import lib
+from ggufspec.llama import lib, stall
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model
 from ggufspec.settings import CACHE_TYPES as SETTINGS_CACHE_TYPES
@@ -133,7 +133,8 @@ class Context:
 
         Valid until the next decode. Negative i counts from the last row with logits.
         """
-        ptr = llama.llama_get_logits_ith(self._ptr, i)
+        with stall.watching():  # waits for the decode's graph (on RPC workers too)
+            ptr = llama.llama_get_logits_ith(self._ptr, i)
         if not ptr:
             raise RuntimeError(f"no logits for batch row {i}")
         return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
@@ -149,7 +150,7 @@ class Context:
         """The KV cache of sequence 0 as llama.cpp serialises it (llama_state_seq_get_data)."""
         size = llama.llama_state_seq_get_size(self._ptr, 0)
         buf = (ctypes.c_uint8 * size)()
-        with HeldInterrupt():
+        with HeldInterrupt(), stall.watching():
             n = llama.llama_state_seq_get_data(self._ptr, buf, size, 0)
         if n != size:
             raise RuntimeError(f"llama_state_seq_get_data wrote {n} of {size} bytes")
@@ -160,7 +161,7 @@ class Context:
         empty) when llama.cpp refuses it (another model, context or cache type)."""
         self.clear()
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        with HeldInterrupt():
+        with HeldInterrupt(), stall.watching():
             n = llama.llama_state_seq_set_data(self._ptr, buf, len(data), 0)
         if n == 0 or llama.llama_memory_seq_pos_max(self._mem, 0) != len(tokens) - 1:
             self.clear()

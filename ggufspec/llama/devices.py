@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Literal
 
 from ggufspec.errors import UserError
-from ggufspec.llama import kernels, lib
+from ggufspec.llama import kernels, lib, stall
 from ggufspec.rpc import Endpoint, check_workers
 
 _KINDS: dict[int, Literal["cpu", "gpu", "igpu", "accel", "meta"]] = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
@@ -209,6 +209,9 @@ def _on_abort(message: bytes) -> None:
     text = (message or b"").decode(errors="replace").strip().splitlines()
     reason = text[-1] if text else "llama.cpp aborted"
     rpc = "RPC" in reason or "rpc" in reason
+    frozen = stall.stalled()  # the watchdog cut a silent worker's connection: that is the cause
+    if frozen is not None:
+        reason, rpc = frozen, True
     handler = _abort_handler
     if handler is not None:
         try:
@@ -220,7 +223,9 @@ def _on_abort(message: bytes) -> None:
         # generation waiting on it stays blocked; the handler has failed its request and closed
         # the server to new ones, and the process keeps answering /health
         threading.Event().wait()
-    if rpc:
+    if frozen is not None:
+        line = f"error: {frozen}; restart it (`ggufspec rpc-server`) and run again\n"
+    elif rpc:
         line = ("error: an RPC worker stopped answering mid-run (llama.cpp: "
                 f"{reason.split(': ', 1)[-1]}); restart it (`ggufspec rpc-server`) and run again\n")
     else:
@@ -267,26 +272,10 @@ def harden_worker_sockets(endpoints: tuple[Endpoint, ...]) -> int:
     """
     import socket
 
-    wanted = set()
-    for ep in endpoints:
-        try:
-            for info in socket.getaddrinfo(ep.host, ep.port, type=socket.SOCK_STREAM):
-                wanted.add((info[4][0], ep.port))
-        except OSError:
-            continue
     n = 0
-    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
-        try:
-            fd = int(name)
-            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
-                continue
-            s = socket.socket(fileno=os.dup(fd))
-        except (OSError, ValueError):
-            continue
+    for _, s in stall.worker_sockets(endpoints):
         with s:
             try:
-                if s.type != socket.SOCK_STREAM or s.getpeername()[:2] not in wanted:
-                    continue
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
                 for opt, value in (("TCP_KEEPIDLE", _KEEPIDLE_S), ("TCP_KEEPINTVL", _KEEPINTVL_S),
                                    ("TCP_KEEPCNT", _KEEPCNT), ("TCP_USER_TIMEOUT", _USER_TIMEOUT_MS)):

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from ggufspec.llama import compute, kernels
+from ggufspec.llama import compute, kernels, stall
 
 kernels.preload_cxx_runtime()  # before llama_cpp loads its libraries (see there)
 kernels.activate()  # before llama_cpp is imported: it loads its libraries at import
@@ -183,9 +183,10 @@ def decode(ctx: Any, batch: Any) -> int:
     `compute`). Call it under `HeldInterrupt`, with the bookkeeping of its result: the caller
     then waits for the decode to end whatever Ctrl-C does, and records what reached the cache."""
     owner = compute.current()
-    if owner is None:
-        return llama.llama_decode(ctx, batch)
-    return owner.call(llama.llama_decode, ctx, batch)
+    with stall.watching():  # a frozen RPC worker would hold it forever (see stall)
+        if owner is None:
+            return llama.llama_decode(ctx, batch)
+        return owner.call(llama.llama_decode, ctx, batch)
 
 
 def load_model(path: Path, params: Any) -> Any:

@@ -33,7 +33,7 @@ import numpy as np
 
 from ggufspec.batcher import Batcher, Request
 from ggufspec.errors import UserError
-from ggufspec.llama import lib
+from ggufspec.llama import lib, stall
 from ggufspec.llama.context import context_params
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model
@@ -133,7 +133,8 @@ class MultiContext:
                 rows: dict[int, np.ndarray] = {}
                 for j, want in enumerate(r.payload.rows):
                     if want:
-                        ptr = llama.llama_get_logits_ith(self._ptr, i + j)
+                        with stall.watching():  # waits for the decode's graph (see stall)
+                            ptr = llama.llama_get_logits_ith(self._ptr, i + j)
                         if not ptr:
                             raise RuntimeError(f"no logits for batch row {i + j}")
                         rows[j] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
@@ -251,7 +252,7 @@ class SeqView:
         with self._owner.lock:
             size = llama.llama_state_seq_get_size(ptr, self.seq)
             buf = (ctypes.c_uint8 * size)()
-            with HeldInterrupt():
+            with HeldInterrupt(), stall.watching():
                 n = llama.llama_state_seq_get_data(ptr, buf, size, self.seq)
         if n != size:
             raise RuntimeError(f"llama_state_seq_get_data wrote {n} of {size} bytes")
@@ -263,7 +264,7 @@ class SeqView:
         ptr = self._owner._ptr
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         with self._owner.lock:
-            with HeldInterrupt():
+            with HeldInterrupt(), stall.watching():
                 n = llama.llama_state_seq_set_data(ptr, buf, len(data), self.seq)
             ok = n != 0 and llama.llama_memory_seq_pos_max(self._owner._mem, self.seq) == len(tokens) - 1
         if not ok:

@@ -115,6 +115,7 @@ async def health(st: ServerState = Depends(_state)) -> JSONResponse:
             "slots_busy": st.worker.busy_slots(),
             "queue_depth": st.worker.depth(),
             "queue_size": st.queue_size,
+            **({"reason": st.worker.lost} if st.worker.lost else {}),  # why it cannot generate
         },
         status_code=200 if ok else 503,
     )

@@ -34,12 +34,17 @@ def invalid(message: str, *, param: str | None = None, code: str = "invalid_valu
     return APIError(400, message, param=param, code=code)
 
 
+def client_gone() -> APIError:
+    """The client closed the connection before its request was read (nginx's 499: nobody reads it)."""
+    return APIError(499, "the client closed the connection while sending its request", code="client_closed")
+
+
 def shutting_down() -> APIError:
     return APIError(503, "the server is shutting down", type="server_error", code="unavailable")
 
 
 def outcome(status: int) -> str:
     """The metrics label for a response status."""
-    return {400: "invalid", 401: "unauthorized", 404: "not_found", 429: "rejected"}.get(
+    return {400: "invalid", 401: "unauthorized", 404: "not_found", 429: "rejected", 499: "cancelled"}.get(
         status, "error" if status >= 500 else "invalid"
     )

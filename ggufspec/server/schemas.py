@@ -9,12 +9,13 @@ import json
 from typing import Any, Literal
 
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ggufspec.server.errors import APIError, invalid
+from ggufspec.sampling import MAX_SEED
+from ggufspec.server.errors import APIError, client_gone, invalid
+from ggufspec.settings import DRAFT_MAX_LIMIT
 
-#: Most tokens one request may draft per round (the verify batch is draft_max + 1 rows).
-MAX_DRAFT = 64
 MAX_STOP = 16
 #: Chat roles the GGUF chat templates know; "developer" (OpenAI's newer name) is sent as "system".
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -43,14 +44,14 @@ class Params(BaseModel):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=0)
     min_p: float | None = Field(default=None, ge=0.0, lt=1.0)
-    seed: int | None = Field(default=None, ge=0, lt=2**63)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
     n: int | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
     # speculative decoding (ggufspec's own fields)
-    draft_max: int | None = Field(default=None, ge=1, le=MAX_DRAFT)
+    draft_max: int | None = Field(default=None, ge=1, le=DRAFT_MAX_LIMIT)
     always_draft: bool | None = None  # None: the server's default (serve --always-draft)
     accept: Literal["greedy", "rejection", "match"] | None = None
     # llama.cpp server's name: reuse the longest common prefix of the prompt with the KV cache the
@@ -224,23 +225,49 @@ async def read_json(request: Request, limit: int) -> dict:
             raise too_large  # far too big to be worth reading; the connection will be closed
     body = bytearray()
     received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received > 64 * limit:
-            break
-        if received <= limit:
-            body += chunk
-        # else keep reading (and dropping): the client then gets the 400, not a connection reset
+    try:
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > 64 * limit:
+                break
+            if received <= limit:
+                body += chunk
+            # else keep reading (and dropping): the client then gets the 400, not a connection reset
+    except ClientDisconnect:  # gone while sending: no traceback, counted as cancelled
+        raise client_gone() from None
     if received > limit:
         raise too_large
 
     def no_constants(name: str) -> Any:
         raise ValueError(f"{name} is not valid JSON")
 
+    too_deep = invalid(f"the request body nests deeper than {MAX_JSON_DEPTH} levels", code="invalid_json")
     try:
         data = json.loads(bytes(body), parse_constant=no_constants)
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:  # deeper than the parser's own stack
+        raise too_deep from None
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise too_deep
     if not isinstance(data, dict):
         raise invalid("the request body must be a JSON object", code="invalid_json")
     return data
+
+
+#: Deepest nesting a body may have: a chat request with tool schemas nests about 10 deep; 1,000
+#: levels hit Python's recursion limit in the parser or the validation (a 500, issue 42).
+MAX_JSON_DEPTH = 64
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and objects nest in `value` (iterative: any depth)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, level)
+            if level > MAX_JSON_DEPTH:
+                return level
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
