@@ -21,7 +21,7 @@ from ggufspec import clock
 from ggufspec.errors import UserError
 from ggufspec.kvshare import import_pays
 from ggufspec.sampling import SamplingSettings, probabilities, sample
-from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX, LookupSettings
+from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX, DRAFT_MAX_LIMIT, LookupSettings
 from ggufspec.target import Target
 
 
@@ -118,8 +118,8 @@ class DraftLengthSettings:
     draft_extend: int = DRAFT_EXTEND
 
     def __post_init__(self) -> None:
-        if self.draft_max < 1:
-            raise UserError(f"draft-max must be >= 1, got {self.draft_max}")
+        if not 1 <= self.draft_max <= DRAFT_MAX_LIMIT:
+            raise UserError(f"draft-max must be in [1, {DRAFT_MAX_LIMIT}], got {self.draft_max}")
         if not 0 <= self.draft_min <= self.draft_max:
             raise UserError(f"draft-min must be in [0, draft-max={self.draft_max}], got {self.draft_min}")
         if not 0.0 <= self.draft_p_min < 1.0:

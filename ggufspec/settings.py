@@ -99,6 +99,9 @@ class ModelSettings:
 # means); a paired real A/B over both sets (116 pairs) read 1.001 [0.978-1.024], with 18% fewer
 # rounds: longer rounds cost about what they save.
 DRAFT_MAX = 8
+# The largest draft_max anything accepts (--draft-max, the console's /k, a request's draft_max): a
+# verify batch is draft_max + 1 rows (+ --draft-extend), and past a few dozen nothing is kept anyway.
+DRAFT_MAX_LIMIT = 64
 DRAFT_EXTEND = 4  # most tokens of lookup's continuation appended to a model's draft (--draft-extend)
 
 

@@ -14,9 +14,7 @@ from ggufspec.drafters import DraftLengthSettings
 from ggufspec.engine import SpeculativeSettings
 from ggufspec.errors import UserError
 from ggufspec.sampling import SamplingSettings
-from ggufspec.settings import DRAFT_MAX
-
-MAX_K = 64  # as the server's draft_max
+from ggufspec.settings import DRAFT_MAX, DRAFT_MAX_LIMIT
 
 
 @dataclass(frozen=True)
@@ -92,8 +90,8 @@ class ChatSettings:
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise UserError(f"max tokens must be >= 1, got {self.max_tokens}")
-        if not 1 <= self.draft_max <= MAX_K:
-            raise UserError(f"K must be in [1, {MAX_K}], got {self.draft_max}; /draft none runs the target alone")
+        if not 1 <= self.draft_max <= DRAFT_MAX_LIMIT:
+            raise UserError(f"K must be in [1, {DRAFT_MAX_LIMIT}], got {self.draft_max}; /draft none runs the target alone")
         self.speculative().rule_for(self.sampling())  # greedy acceptance while sampling: refused
 
     def sampling(self) -> SamplingSettings:
