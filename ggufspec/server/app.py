@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ggufspec.drafters import DraftLengthSettings
 from ggufspec.errors import UserError
-from ggufspec.server import adapter, drafting, schemas
+from ggufspec.server import adapter, drafting, page, schemas
 from ggufspec.server.delivery import ClientGone, JobStream, collect, sse_events
 from ggufspec.server.errors import APIError, invalid, outcome
 from ggufspec.server.metrics import Metrics
@@ -264,4 +264,6 @@ def create_app(
     app.add_exception_handler(Exception, _internal)
     app.include_router(open_routes)
     app.include_router(routes)
+    for router in page.routers(_require_key):  # GET /: the chat page
+        app.include_router(router)
     return app
