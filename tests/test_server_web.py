@@ -127,3 +127,34 @@ def test_the_page_and_its_files_are_served_and_the_config_needs_the_key(web_serv
     assert httpx.get(f"{url}/web/config", headers={"Authorization": "Bearer wrong"}, timeout=30).status_code == 401
     config = httpx.get(f"{url}/web/config", headers=AUTH, timeout=30).json()
     assert config["draft_max_limit"] == 64 and config["draft_max"] >= 1 and config["context_length"] == 2048
+
+
+@pytest.fixture(scope="module")
+def one_slot(tiny_target_q8, tiny_draft_q8, tmp_path_factory):
+    """`serve --parallel 1` (the pair's own drafters, not a slot's) on the tiny Q8_0 pair."""
+    from test_server import _start
+
+    server = _start(tiny_target_q8, tiny_draft_q8, tmp_path_factory.mktemp("one-slot") / "server.log")
+    yield server
+    server.proc.terminate()
+    server.proc.wait(timeout=20)
+
+
+def test_one_slot_runs_the_drafters_a_request_names(one_slot) -> None:
+    from test_server import AUTH as TINY_AUTH
+
+    def ask(**extra) -> dict:
+        body = {"messages": COPY, "temperature": 0, "max_tokens": 24, **extra}
+        r = httpx.post(f"{one_slot.url}{CHAT}", json=body, headers=TINY_AUTH, timeout=120)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    default, alone = ask(), ask(draft="none")
+    named = ask(draft="tiny_draft.Q8_0.gguf", draft_max=2, fixed=True)
+    assert default["speculative"]["drafted"] > 0 and alone["speculative"]["drafted"] == 0
+    assert alone["speculative"]["draft"] == "none" and named["speculative"]["draft"] == "tiny_draft.Q8_0.gguf"
+    assert set(named["speculative"]["k_hist"]) <= {"0", "1", "2"} and named["speculative"]["drafted"] > 0
+    texts = {r["choices"][0]["message"]["content"] for r in (default, alone, named)}
+    assert len(texts) == 1  # greedy: the same text whoever drafts
+    r = httpx.post(f"{one_slot.url}{CHAT}", json={"messages": COPY, "draft": "lookup"}, headers=TINY_AUTH, timeout=60)
+    assert r.status_code == 400 and "it has: tiny_draft.Q8_0.gguf" in r.json()["error"]["message"]
