@@ -48,6 +48,7 @@ class Step:
     text: str
     round: int
     drafter: str | None = None  # the drafter that proposed it (DRAFT tokens only)
+    drafted: int = 0  # tokens its round drafted (0: a round of the target alone, or the prefill)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,6 +288,7 @@ def _steps(
         )
 
     pending: list[tuple[int, Source, str | None]] = [(first, Source.TARGET, None)]  # (token, source, who drafted it)
+    kd = 0  # tokens the round that produced `pending` drafted
     try:
         while True:
             # ---- emit what the last round produced, stopping where the request says -----------
@@ -295,22 +297,22 @@ def _steps(
                 generated += 1
                 if model.is_eog(tok):
                     stop_reason = "eog"
-                    yield Step(tok, src, detok.flush() + stop_text.flush(), rounds, who)
+                    yield Step(tok, src, detok.flush() + stop_text.flush(), rounds, who, kd)
                     return
                 text, hit = stop_text.push(detok.push(tok))
                 if hit:
                     stop_reason = "stop"
-                    yield Step(tok, src, text, rounds, who)
+                    yield Step(tok, src, text, rounds, who, kd)
                     return
                 if generated >= max_tokens:
                     stop_reason = "length"
-                    yield Step(tok, src, text + stop_text.push(detok.flush())[0] + stop_text.flush(), rounds, who)
+                    yield Step(tok, src, text + stop_text.push(detok.flush())[0] + stop_text.flush(), rounds, who, kd)
                     return
                 if len(history) >= target.n_ctx:
                     stop_reason = "context"
-                    yield Step(tok, src, text + stop_text.push(detok.flush())[0] + stop_text.flush(), rounds, who)
+                    yield Step(tok, src, text + stop_text.push(detok.flush())[0] + stop_text.flush(), rounds, who, kd)
                     return
-                yield Step(tok, src, text, rounds, who)
+                yield Step(tok, src, text, rounds, who, kd)
 
             # ---- choose and draft ----------------------------------------------------------------
             # Budget: tokens we may still emit; a round of K drafts emits up to K+1 and needs

@@ -29,6 +29,7 @@ from ggufspec.batcher import Batcher
 from ggufspec.control import DraftController
 from ggufspec.drafters import Drafter
 from ggufspec.engine import Generation, SpeculativeSettings, common_prefix, generate
+from ggufspec.errors import UserError
 from ggufspec.sampling import SamplingSettings
 from ggufspec.target import Target
 
@@ -80,6 +81,16 @@ class Slot:
         """What this slot's target cache holds (prefix reuse)."""
         return self.target.tokens
 
+    def chosen(self, names: Sequence[str] | None) -> tuple[Drafter, ...]:
+        """This slot's drafters named `names`, in that order (None: all)."""
+        if names is None:
+            return self.drafters
+        by_name = {d.name: d for d in self.drafters}
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            raise UserError(f"this slot has no drafter named {missing[0]!r}; it has: {', '.join(by_name) or 'none'}")
+        return tuple(by_name[n] for n in names)
+
     def generate(
         self,
         *,
@@ -89,9 +100,11 @@ class Slot:
         speculative: SpeculativeSettings,
         stop: Sequence[str] = (),
         cache_prompt: bool = True,
-        use_drafters: bool = True,
+        drafters: Sequence[str] | None = None,
     ) -> Generation:
-        """`engine.generate` on this slot (its own thread only), drafting only while alone."""
+        """`engine.generate` on this slot (its own thread only), drafting only while alone.
+        `drafters`: the names of this slot's drafters to use, in that order (None: all of them;
+        (): the target alone); UserError for a name it does not have."""
         # always_draft, and seeded sampling (its text must not depend on the other slots: the
         # draws follow the rounds), draft as at --parallel 1
         always = speculative.length.always_draft or (not sampling.greedy and sampling.seed is not None)
@@ -107,7 +120,7 @@ class Slot:
 
         controller = self.controller if always or self.shared is None else self.shared
         gen = generate(
-            target=self.target, prompt=prompt, drafters=self.drafters if use_drafters else (),
+            target=self.target, prompt=prompt, drafters=self.chosen(drafters),
             max_tokens=max_tokens, sampling=sampling, speculative=speculative, stop=stop,
             controller=controller, cache_prompt=cache_prompt, drafting=drafting,
         )

@@ -192,3 +192,18 @@ def pytest_configure(config: pytest.Config) -> None:
     # never see it. A fresh-clone `.ci/run` started that way failed exactly those 5 tests.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# ---- the chat page's server (tests/test_server_web.py, tests/test_web_page.py) -------------------
+
+
+@pytest.fixture(scope="session")
+def web_server(tmp_path_factory: pytest.TempPathFactory):
+    """`ggufspec serve` on the embedded default pair (real SmolLM2 weights: target, its Q4_1 draft
+    and prompt lookup) with --api-key and --parallel 2, as a person would start it for the page."""
+    from web_serve import API_KEY, start, stop
+
+    server = start(["--api-key", API_KEY, "--parallel", "2", "--ctx", "2048", "--threads", "1"],
+                   log=tmp_path_factory.mktemp("web-server") / "server.log")
+    yield server
+    stop(server)

@@ -87,6 +87,7 @@ def bad_files(tmp_path_factory, tiny_target_q8: Path) -> dict[str, Path]:
         ("draft-max zero", ["--draft-max", "0"], ["draft-max must be in [1, 64], got 0"]),
         ("draft-max above the limit", ["--draft-max", "100000"], ["draft-max must be in [1, 64], got 100000"]),
         ("seed above 2^63", ["--temp", "0.8", "--seed", str(2**64)], ["seed must be in [0, 9223372036854775807]"]),
+        ("draft-max too large", ["--draft-max", "65"], ["draft-max must be in [1, 64], got 65"]),
         ("unknown rule", ["--accept", "typical"], ["unknown acceptance rule 'typical'"]),
         ("unknown variant", ["--temp", "1", "--variant", "google"], ["leviathan or chen"]),
         ("greedy rule when sampling", ["--temp", "1", "--accept", "greedy"], ["--accept greedy needs --temp 0"]),

@@ -1,9 +1,11 @@
 """Serve a target/draft pair over the OpenAI HTTP API, with speculative decoding.
 
 Endpoints: POST /v1/completions, POST /v1/chat/completions (stream: true for server-sent
-events), GET /v1/models, GET /health, GET /metrics (Prometheus). Responses carry `usage` and a
-`speculative` block (drafted, accepted, accept_rate, mean_accepted_len, gen_tps). Requests may
-set draft_max and accept (greedy | rejection | match) besides OpenAI's sampling fields.
+events), GET /v1/models, GET /health, GET /metrics (Prometheus), and a chat page at GET / that
+shows where each token came from. Responses carry `usage` and a `speculative` block (drafted,
+accepted, accept_rate, mean_accepted_len, gen_tps). Requests may choose the drafters (draft: names
+the server loaded, or none), draft_max, draft_min, fixed, always_draft and accept (greedy |
+rejection | match) besides OpenAI's sampling fields.
 
 The pair's KV caches are kept between requests: a request decodes only what its prompt does not
 share with the previous one (a conversation's next turn re-reads nothing);

@@ -6,7 +6,7 @@ library's API is a change in this file only. (Tests put a fake `start_generation
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -33,6 +33,7 @@ class PairInfo:
     target_file: str  # the target's file name
     target_stem: str  # ... without .gguf: the default model id
     draft_name: str  # the drafts' file names and/or "lookup", joined by "+"; or "none"
+    drafters: tuple[tuple[str, str], ...] = ()  # (name, file name or "lookup") of each, in --draft order
     n_ctx: int
     n_vocab: int
 
@@ -47,6 +48,7 @@ class GenerationRequest:
     speculative: SpeculativeSettings
     stop: tuple[str, ...]
     cache_prompt: bool = True  # reuse the prefix the previous request left in the KV caches
+    drafters: tuple[str, ...] | None = None  # the drafters' names, in order; None: the pair's own
 
 
 def open_pair(*, refs: PairRefs, settings: PairSettings) -> Pair:
@@ -75,6 +77,7 @@ def describe(pair: Pair) -> PairInfo:
         target_file=pair.target_path.name,
         target_stem=pair.target_path.stem,
         draft_name="+".join(Path(pair.draft_name(d)).name for d in pair.drafters) or "none",
+        drafters=tuple((d.name, Path(pair.draft_name(d)).name) for d in pair.drafters),
         n_ctx=pair.target_ctx.n_ctx,
         n_vocab=pair.target_model.n_vocab,
     )
@@ -88,9 +91,11 @@ def encode(
 
 
 def generation_request(
-    body: Params, *, tokens: Sequence[int], max_tokens: int, draft_length: DraftLengthSettings
+    body: Params, *, tokens: Sequence[int], max_tokens: int, draft_length: DraftLengthSettings,
+    drafters: tuple[str, ...] | None = None,
 ) -> GenerationRequest:
-    """Request fields -> engine settings (OpenAI's defaults: temperature 1, top_p 1); 400 if they clash."""
+    """Request fields -> engine settings (OpenAI's defaults: temperature 1, top_p 1); 400 if they clash.
+    `draft_length` and `drafters`: the request's (ggufspec.server.drafting)."""
     if body.accept == "greedy" and body.temperature != 0:
         raise invalid("accept 'greedy' needs temperature 0; use 'rejection' or 'match' when sampling", param="accept")
     try:
@@ -101,19 +106,13 @@ def generation_request(
             min_p=body.min_p or 0.0,
             seed=body.seed,
         )
-        # the server's draft length (serve --draft-p-min, --always-draft), as the request changes it
-        length = replace(
-            draft_length,
-            draft_max=body.draft_max or draft_length.draft_max,
-            always_draft=draft_length.always_draft if body.always_draft is None else body.always_draft,
-        )
-        speculative = SpeculativeSettings(accept=AcceptRule(body.accept) if body.accept else None, length=length)
+        speculative = SpeculativeSettings(accept=AcceptRule(body.accept) if body.accept else None, length=draft_length)
         speculative.rule_for(sampling)  # greedy acceptance with temperature > 0 is refused here
     except UserError as exc:
         raise invalid(str(exc)) from None
     return GenerationRequest(
         tokens=tuple(tokens), max_tokens=max_tokens, sampling=sampling, speculative=speculative, stop=body.stops,
-        cache_prompt=body.cache_prompt,
+        cache_prompt=body.cache_prompt, drafters=drafters,
     )
 
 
@@ -134,13 +133,17 @@ def start_generation(pair: Pair, request: GenerationRequest, *, slot: Slot | Non
 
     Without `slot`, the pair's KV caches are the server's one slot: a generation starts from the
     longest common prefix of its prompt with what the previous one left (`stats.cached_tokens`),
-    unless the request set cache_prompt false. With `slot`, the same on that slot's caches."""
+    unless the request set cache_prompt false. With `slot`, the same on that slot's caches.
+    `request.drafters` picks among the pair's (the slot's) drafters by name."""
     if slot is not None:
         return slot.generate(
             prompt=list(request.tokens), max_tokens=request.max_tokens, sampling=request.sampling,
             speculative=request.speculative, stop=request.stop, cache_prompt=request.cache_prompt,
+            drafters=request.drafters,
         )
+    by_name = {d.name: d for d in pair.drafters}
+    drafters = pair.drafters if request.drafters is None else tuple(by_name[n] for n in request.drafters)
     return pair.generate(
         prompt_tokens=list(request.tokens), max_tokens=request.max_tokens, sampling=request.sampling,
-        speculative=request.speculative, stop=request.stop, cache_prompt=request.cache_prompt,
+        speculative=request.speculative, stop=request.stop, cache_prompt=request.cache_prompt, drafters=drafters,
     )

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ggufspec.drafters import DraftLengthSettings
 from ggufspec.errors import UserError
-from ggufspec.server import adapter, schemas
+from ggufspec.server import adapter, drafting, page, schemas
 from ggufspec.server.delivery import ClientGone, JobStream, collect, sse_events
 from ggufspec.server.errors import APIError, invalid, outcome
 from ggufspec.server.metrics import Metrics
@@ -48,7 +48,7 @@ class ServerState:
     api_key: str | None
     queue_size: int
     max_body_bytes: int
-    draft_length: DraftLengthSettings  # the server's; a request may change draft_max and always_draft
+    draft_length: DraftLengthSettings  # the server's; a request may change it (ggufspec.server.drafting)
     created: int
     worker: Worker | SlotWorker
     metrics: Metrics
@@ -162,10 +162,12 @@ async def _generate(
     endpoint: str, started: float,
 ) -> Response:
     """Queue the generation, then stream its events or answer with all of it."""
-    gen = adapter.generation_request(body, tokens=tokens, max_tokens=max_tokens, draft_length=st.draft_length)
-    job = Job(request=gen, loop=asyncio.get_running_loop(), stream=bool(body.stream))
+    chosen = drafting.choose(body, info=st.info, length=st.draft_length)
+    gen = adapter.generation_request(body, tokens=tokens, max_tokens=max_tokens, draft_length=chosen.length,
+                                     drafters=chosen.drafters)
+    job = Job(request=gen, loop=asyncio.get_running_loop(), stream=bool(body.stream), marks=body.include_speculative)
     st.worker.submit(job)
-    reply = Reply.new(chat=endpoint == CHAT, model=st.model_name, draft=st.info.draft_name)
+    reply = Reply.new(chat=endpoint == CHAT, model=st.model_name, draft=chosen.shown)
     if body.stream:
         def done(result: str) -> None:
             st.metrics.request_done(endpoint, result, started=started)
@@ -263,4 +265,6 @@ def create_app(
     app.add_exception_handler(Exception, _internal)
     app.include_router(open_routes)
     app.include_router(routes)
+    for router in page.routers(_require_key):  # GET /: the chat page
+        app.include_router(router)
     return app

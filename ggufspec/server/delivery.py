@@ -13,6 +13,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from ggufspec.server.errors import outcome
+from ggufspec.server.marks import Mark, extension
 from ggufspec.server.responses import Reply, finish_reason, sse
 from ggufspec.server.worker import Job
 
@@ -49,21 +50,33 @@ async def collect(request: Request, job: Job) -> tuple[str, Any]:
         watcher.cancel()
 
 
+_TEXT = ("text", "step")
+
+
+def _merged(events: list[tuple[str, Any]]) -> tuple[str, list[Mark] | None]:
+    """Queued text (or step) events as one: their text, and their marks (None: plain text events)."""
+    if events[0][0] == "text":
+        return "".join(v for _, v in events), None
+    marks = [v for _, v in events]
+    return "".join(m.text for m in marks), marks
+
+
 async def _events(job: Job) -> AsyncIterator[tuple[str, Any]]:
-    """The job's events until its last ("end" or "error"), queued text events merged into one."""
+    """The job's events until its last ("end" or "error"), queued text events merged into one
+    ("text", (text, marks or None))."""
     while True:
         kind, value = await job.events.get()
-        if kind != "text":
+        if kind not in _TEXT:
             yield kind, value
             return
-        parts, last = [value], None
+        parts, last = [(kind, value)], None
         while last is None and not job.events.empty():
             k, v = job.events.get_nowait()
-            if k == "text":
-                parts.append(v)
+            if k in _TEXT:
+                parts.append((k, v))
             else:
                 last = (k, v)
-        yield "text", "".join(parts)
+        yield "text", _merged(parts)
         if last is not None:
             yield last
             return
@@ -85,7 +98,11 @@ async def sse_events(
             yield sse(shaped(reply.chunk(role=True)))
         async for kind, value in _events(job):
             if kind == "text":
-                yield sse(shaped(reply.chunk(value)))
+                text, marks = value
+                chunk = shaped(reply.chunk(text))
+                if marks is not None:
+                    chunk["speculative"] = extension(marks)
+                yield sse(chunk)
             elif kind == "error":
                 result = outcome(value.status)
                 yield sse(value.body())

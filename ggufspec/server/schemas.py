@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ggufspec.sampling import MAX_SEED
 from ggufspec.server.errors import APIError, client_gone, invalid
-from ggufspec.settings import DRAFT_MAX_LIMIT
 
 MAX_STOP = 16
 #: Chat roles the GGUF chat templates know; "developer" (OpenAI's newer name) is sent as "system".
@@ -27,6 +26,8 @@ class _Strict(BaseModel):
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+    # ggufspec's extension: each chunk's tokens with where they came from (ggufspec.server.marks)
+    include_speculative: bool = False
 
 
 class ResponseFormat(_Strict):
@@ -50,8 +51,11 @@ class Params(BaseModel):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
-    # speculative decoding (ggufspec's own fields)
-    draft_max: int | None = Field(default=None, ge=1, le=DRAFT_MAX_LIMIT)
+    # speculative decoding (ggufspec's own fields; ggufspec.server.drafting checks them)
+    draft: str | list[str] | None = None  # drafters the server loaded, by name; "none": the target alone
+    draft_max: int | None = None  # limits and messages: DraftLengthSettings, as the CLI's
+    draft_min: int | None = None
+    fixed: bool | None = None  # the first drafter drafts draft_max every round (no controller)
     always_draft: bool | None = None  # None: the server's default (serve --always-draft)
     accept: Literal["greedy", "rejection", "match"] | None = None
     # llama.cpp server's name: reuse the longest common prefix of the prompt with the KV cache the
@@ -71,6 +75,11 @@ class Params(BaseModel):
     def include_usage(self) -> bool:
         """A stream ends with one extra chunk carrying `usage` (OpenAI's stream_options)."""
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def include_speculative(self) -> bool:
+        """Stream chunks carry their tokens' provenance (ggufspec's opt-in extension)."""
+        return bool(self.stream and self.stream_options and self.stream_options.include_speculative)
 
     @property
     def stops(self) -> tuple[str, ...]:
@@ -102,6 +111,7 @@ class ChatBody(Params):
 
 _EXPECTED = {  # readable names for union-typed fields (pydantic reports each union arm)
     "stop": "a string or a list of strings",
+    "draft": "a drafter's name, 'none', or a list of drafters' names",
     "prompt": "a string, a list of one string, or a list of token ids",
 }
 

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from ggufspec.errors import UserError
 from ggufspec.server import adapter
 from ggufspec.server.errors import APIError, invalid, shutting_down
+from ggufspec.server.marks import Mark
 from ggufspec.server.metrics import Metrics
 
 log = logging.getLogger("ggufspec.server")
@@ -35,7 +36,8 @@ def _lost(reason: str) -> APIError:
 class Job:
     """One generation request, shared by the event loop (consumer) and the worker (producer).
 
-    Events, in order: ("text", str)*, then ("end", RunStats) or ("error", APIError).
+    Events, in order: ("text", str)* (with `marks`: ("step", Mark)*, one per token), then
+    ("end", RunStats) or ("error", APIError).
     """
 
     request: adapter.GenerationRequest
@@ -46,6 +48,7 @@ class Job:
     # the client reads the text as it comes (SSE); False: it waits for the whole reply, so the
     # text goes in one event at the end instead of waking the event loop for every token
     stream: bool = True
+    marks: bool = False  # a streaming client asked for each token's provenance (ggufspec.server.marks)
 
     def emit(self, kind: str, value: Any = None) -> None:
         try:
@@ -184,7 +187,9 @@ def run_job(pair: adapter.Pair, job: Job, metrics: Metrics, *, stopping: Callabl
             if first:
                 metrics.ttft.observe(time.perf_counter() - job.enqueued)
                 first = False
-            if step.text:
+            if job.marks:
+                job.emit("step", Mark.of(step))
+            elif step.text:
                 if job.stream:
                     job.emit("text", step.text)
                 else:
