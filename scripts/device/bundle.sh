@@ -16,7 +16,7 @@ tar czf .gpu/a/llama.tar.gz -C "$(dirname "$SRC")" --exclude='llama.cpp/models/*
 python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d .gpu/a/whl \
   gguf fastapi uvicorn starlette pydantic pydantic_core annotated_types typing_inspection typing_extensions \
-  prompt_toolkit wcwidth diskcache annotated_doc
+  prompt_toolkit wcwidth diskcache annotated_doc opentelemetry_api importlib_metadata
 SP=$(python -c 'import llama_cpp, os; print(os.path.dirname(os.path.dirname(llama_cpp.__file__)))')
 tar czf .gpu/a/pysite.tar.gz -C "$SP" --exclude='llama_cpp/lib/*' llama_cpp "llama_cpp_python-$VERSION.dist-info"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -14,7 +14,7 @@
 #   1 devices     nvidia-smi, `ggufspec devices`
 #   2 derive      the Q8_0 target and the stand-ins from the shipped Q4_1, timed
 #   3 identity    greedy text of each stand-in against the embedded Q8_0 (3 prompts)
-#   4 regimes     bench --regimes default,as-1b,as-7b (short form): target alone, K = 2/4/8,
+#   4 regime-*    bench --regimes default, as-1b, as-7b (short form, one step each): target alone, K = 2/4/8,
 #                 always-draft, the default, in lockstep; `identical` counts greedy exactness
 #   5 offload     smollm2-as-7b with --vram budgets that put 16, 32, 48 of its 64 blocks on the GPU
 #                 (planner), draft on the GPU: run --compare, and plan --measure at each
@@ -117,21 +117,23 @@ measure() {
         b=\$(gs run --target embedded:\$t:Q8_0 --draft none --chat -p \"\$p\" -n 48 --json | \$PY -c 'import json,sys; print(json.load(sys.stdin)[\"text\"])')
         [[ \"\$a\" == \"\$b\" ]] && echo \"\$t identical: \$p\" || echo \"\$t DIFFERS: \$p :: \${a:0:80} || \${b:0:80}\"
       done; done"
-  step regimes 330 "gs bench --regimes default,as-1b,$big --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes"
+  for r in $(printf "%s\n" default as-1b $big | awk '!seen[$0]++'); do  # one step each: a bench writes its files at its end
+    step "regime-$r" 110 "gs bench --regimes $r --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes-$r"
+  done
   if [[ -x "$LLAMA_SERVER" ]]; then
-    step serve 200 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_$big --startup-timeout 120
+    step serve 120 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_$big --startup-timeout 120
                     \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
   else
     log "serve: skipped (no llama-server at $LLAMA_SERVER; scripts/build_native.sh builds it)"
   fi
   if (( ! CPU )); then
-    step offload 150 "for v in 2390MiB 4210MiB 6030MiB; do
+    step offload 100 "for v in 2390MiB 4210MiB 6030MiB; do
         ngl=\$(gs plan --pair $pair --vram \$v --margin 0 --json | \$PY -c 'import json,sys; print(json.load(sys.stdin)[\"devices\"][0][\"target_layers\"])')
         echo \"== --vram \$v: \$ngl target layers on the GPU\"
         gs run --pair $pair --ngl \$ngl --ngld all --chat -p 'Explain how a bicycle gear works.' -n $n --compare --repeats 2 2>&1 | tail -4
         gs plan --pair $pair --vram \$v --margin 0 --measure 2>&1 | tail -14; done"
   fi
-  cp "$W"/regimes/regimes.md "$OUT/" 2>/dev/null
+  cat "$W"/regimes-*/regimes.md > "$OUT/regimes.md" 2>/dev/null
   pack
   log "done"
 }
