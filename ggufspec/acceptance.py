@@ -7,7 +7,7 @@ Notation, per drafted position i = 0..K-1:
     p_i     the target's distribution at the same position, shaped by the same settings
     p_K     the target's distribution after all K drafted tokens (the bonus row)
 
-Rules (DESIGN.md, Acceptance):
+Rules (tests/test_acceptance.py checks each one's output distribution by enumeration):
     greedy     keep x_i while x_i = argmax p_i; first mismatch -> argmax p_i; all kept -> argmax p_K.
     rejection  keep x_i with probability min(1, p_i(x_i) / q_i(x_i)); at the first rejection draw
                from norm(max(0, p_i - q_i)) and stop; all kept -> draw from p_K.

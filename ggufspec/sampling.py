@@ -1,7 +1,8 @@
 """Logits -> probabilities, shaped the way llama.cpp's default chain shapes them; pure numpy.
 
 The same shaping is applied to a target row and to the draft row at the same position, so the
-acceptance rules compare like with like (DESIGN.md, Acceptance).
+acceptance rules (ggufspec.acceptance) compare like with like: a rule is exact for the p and q
+it is given, so both must be the distributions the target and the draft really sample from.
 
 Order, as llama.cpp's sampler chain applies them: top-k -> top-p -> min-p -> temperature.
 Temperature 0 means greedy: the distribution is one-hot on the argmax (lowest id on ties).

@@ -1,4 +1,12 @@
-"""What one generation cost and how the draft fared (DESIGN.md, Measuring)."""
+"""What one generation cost and how the draft fared.
+
+Definitions (the terms are also in the glossary of docs/ARCHITECTURE.md):
+    gen_tps             (generated_tokens - 1) / gen_s: the first token comes from the prefill
+    accept rate         accepted / drafted, over the generation's rounds
+    mean accepted len   (generated_tokens - 1) / rounds: tokens emitted per target verify call
+                        (1.0 for the target alone; at most K + 1)
+    time split          gen_s = draft_s + verify_s + overhead_s (our Python between llama.cpp calls)
+"""
 
 from __future__ import annotations
 

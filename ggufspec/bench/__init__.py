@@ -1,4 +1,4 @@
-"""Measure speculative decoding the way a careful reviewer would (DESIGN.md, Measuring).
+"""Measure speculative decoding the way a careful reviewer would (how to run it: docs/BENCH.md).
 
 A bench is a plan of configurations run on the same prompts, target alone and speculative
 alternated inside every (repeat, prompt) block, so that a slow minute on a shared machine hits

@@ -1,4 +1,4 @@
-"""OpenAI-compatible HTTP server over one loaded target/draft pair (DESIGN.md, Server).
+"""OpenAI-compatible HTTP server over one loaded target/draft pair (user guide: docs/SERVER.md).
 
     pair = open_pair(refs=resolve_pair_refs(target=..., draft=...), settings=PairSettings())
     app = create_app(pair=pair, model_name="smollm2")
