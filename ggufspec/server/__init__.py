@@ -24,6 +24,7 @@ Modules, one concept each:
   metrics    Prometheus metrics
   errors     errors in OpenAI's shape
   app        the routes and `create_app`
+  shutdown   uvicorn's server, ending the generations first on SIGTERM
 """
 
 from ggufspec.server.adapter import open_pair

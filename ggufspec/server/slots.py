@@ -82,8 +82,9 @@ class SlotWorker:
             if not t.is_alive():
                 t.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Refuse new jobs, fail the waiting ones, cancel the running ones, join the threads."""
+    def halt(self) -> None:
+        """Refuse new jobs, fail the waiting ones, cancel the running ones; returns at once. Each
+        slot's job ends in a shutting-down error after its current step (`run_job`)."""
         with self._cond:
             self._stopping = True
             waiting, self._waiting = list(self._waiting), deque()
@@ -93,6 +94,10 @@ class SlotWorker:
         for job in waiting:
             job.cancel.set()
             job.emit("error", shutting_down())
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """`halt`, then join the threads."""
+        self.halt()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             if t.is_alive():
@@ -137,13 +142,17 @@ class SlotWorker:
             with self._cond:
                 while slot.index not in self._assigned and not self._stopping:
                     self._cond.wait()
-                if self._stopping:
-                    return
-                job = self._assigned[slot.index]
+                job = self._assigned.pop(slot.index, None) if self._stopping else self._assigned[slot.index]
+            if job is None or self._stopping:  # shutting down: a job handed over but not started hears so
+                if job is not None:
+                    job.emit("error", shutting_down())
+                return
             t0 = time.perf_counter()
             last: tuple[str, object] | None = None
             try:
-                if not job.cancel.is_set():
+                if job.cancel.is_set():  # its client left, or a shutdown began, before it started
+                    last = ("error", shutting_down()) if self._stopping else None
+                else:
                     last = self._generate(slot, job)
             except Exception as exc:  # never let one request kill the slot
                 log.exception("generation failed")

@@ -105,8 +105,9 @@ class Worker:
         if not self._thread.is_alive() and not self._stopping:
             self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Refuse new jobs, fail the waiting ones, cancel the running one, join the thread."""
+    def halt(self) -> None:
+        """Refuse new jobs, fail the waiting ones, cancel the running one; returns at once. The
+        running job ends in a shutting-down error after its current step (`run_job`)."""
         with self._cond:
             self._stopping = True
             waiting, self._waiting = list(self._waiting), deque()
@@ -116,6 +117,10 @@ class Worker:
         for job in waiting:
             job.cancel.set()
             job.emit("error", shutting_down())
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """`halt`, then join the thread."""
+        self.halt()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
