@@ -117,6 +117,35 @@ def _add_workers(settings: PairSettings) -> None:
     gpu_offload_supported.cache_clear()  # llama.cpp offloads once an RPC backend is registered
 
 
+def _shares_kv(target_info: ModelInfo, info: ModelInfo, settings: PairSettings) -> bool:
+    """Does this draft take the target's KV cache (--draft-kv auto, ggufspec.kvshare)?"""
+    from ggufspec.kvshare import shared_kv_refusal
+
+    return settings.draft_kv == "auto" and shared_kv_refusal(target_info, info) is None
+
+
+def _draft_context(target_info: ModelInfo, info: ModelInfo, settings: PairSettings, *,
+                   target: ContextSettings) -> ContextSettings:
+    """A draft model's context: the target's when it shares its KV cache, else an f16 cache."""
+    return target if _shares_kv(target_info, info, settings) else settings.context.with_cache_type("f16")
+
+
+def _check_memory(target_info: ModelInfo, draft_infos: Sequence[ModelInfo], settings: PairSettings, *,
+                  context: ContextSettings, devices: Sequence[Any]) -> None:
+    """Refuse a --ctx whose KV caches cannot fit this machine before llama.cpp tries (its own
+    failure names a wrong cause), with the planner's arithmetic (ggufspec.plan.fit)."""
+    import psutil
+
+    from ggufspec.plan.fit import ContextNeed, check_context_fits
+
+    n_seq = settings.parallel
+    needs = [ContextNeed(info=target_info, context=context, n_seq=n_seq)]
+    needs += [ContextNeed(info=i, context=_draft_context(target_info, i, settings, target=context), n_seq=n_seq)
+              for i in draft_infos]
+    available = int(psutil.virtual_memory().available) + sum(int(d.free_bytes) for d in devices)
+    check_context_fits(needs=needs, available_bytes=available)
+
+
 def _device_layers(target_info: ModelInfo, target_load: ModelSettings, draft_path: Path | None,
                    draft_load: ModelSettings, devices: Sequence[object]) -> tuple[DeviceLayers, ...]:
     """Layers of the target and the draft per device, as llama.cpp places them."""
@@ -194,13 +223,12 @@ class SpeculativePair:
         is the target's network takes the target's KV cache (--draft-kv auto, ggufspec.kvshare),
         so its cache has the target's type; another's numerics never reach the output, and it
         keeps the faster f16 cache."""
-        from ggufspec.kvshare import shared_kv_refusal
         from ggufspec.llama.context import Context
         from ggufspec.llama.model import Model
 
-        shared = self.settings.draft_kv == "auto" and shared_kv_refusal(self.target_info, info) is None
+        shared = _shares_kv(self.target_info, info, self.settings)
         model = Model(path, settings=draft_load)
-        draft_ctx = self.target_ctx.settings if shared else self.settings.context.with_cache_type("f16")
+        draft_ctx = _draft_context(self.target_info, info, self.settings, target=self.target_ctx.settings)
         if self.settings.parallel > 1:  # one sequence per slot; the pair's drafter drafts on slot 0's
             from ggufspec.llama.multi import MultiContext
 
@@ -447,6 +475,7 @@ def load_pair(
     # RPC workers served by ggufspec compute with its CPU kernels: batch-invariant, like the CPU
     on_gpu = target_load.n_gpu_layers != 0 and any(d.kind == "gpu" for d in model_devices)
     ctx_settings: ContextSettings = settings.context.with_cache_type(auto_cache_type(target_info, on_gpu=on_gpu))
+    _check_memory(target_info, list(draft_infos.values()), settings, context=ctx_settings, devices=model_devices)
     target_model = Model(target_path, settings=target_load)
     lock = threading.Lock()
     try:

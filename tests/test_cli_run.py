@@ -198,3 +198,20 @@ def test_quantized_models_run_on_any_cpu_and_a_bad_repack_setting_is_one_error_l
         assert json.loads(proc.stdout)["stats"]["generated_tokens"] >= 1
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**env, "GGUFSPEC_REPACK": "maybe"})
     assert_one_line_error(proc, "GGUFSPEC_REPACK", "auto, on or off")
+
+
+def test_a_context_that_cannot_fit_says_how_much_it_needs(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
+    """issue 42: an absurd --ctx said "quantized V cache needs flash attention" (a guess made
+    when llama.cpp cannot make a context). 2e9 tokens of the tiny pair's KV cache need about 500 GiB
+    (the planner's arithmetic); the error names that, the trained context and a --ctx that fits."""
+    proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "-p", "hi", "-n", "4",
+                    "--threads", "1", "--ctx", "2000000000")
+    assert_one_line_error(proc, "a context of 2,000,000,000 tokens (the model was trained on 512)",
+                          "of KV cache", "more than this machine's", "use a smaller --ctx (at most about")
+    assert "flash attention" not in proc.stderr
+
+
+def test_a_context_beyond_the_trained_length_runs_when_it_fits(tiny_target_q8: Path) -> None:
+    proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", "none", "-p", "hi", "-n", "4",
+                    "--threads", "1", "--ctx", "2048")  # the tiny model was trained on 512
+    assert proc.returncode == 0, proc.stderr

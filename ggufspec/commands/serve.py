@@ -16,10 +16,11 @@ One generation runs at a time unless --parallel N: then N run at once, each in i
 own KV caches and prefix cache; a request goes to the free slot sharing the longest prefix with
 its prompt), their decodes merged into one batch per step; while several slots generate, each
 runs the target alone (batching pays more than drafting), drafting again when alone. Up to
---queue requests wait, and more get 429 with Retry-After.
-A client that disconnects stops its generation. With no --target/--draft, serves the embedded
-default pair. Binds 127.0.0.1 unless --host says otherwise. Needs the server extra:
-pip install 'ggufspec[server]'.
+--queue requests wait, and more get 429 with Retry-After (the time the queue takes, from this
+server's measured speed). A client that disconnects stops its generation. On SIGTERM or Ctrl-C
+every open stream ends with an error event (code server_shutting_down) and data: [DONE], requests
+in flight get 503, then it exits. With no --target/--draft, serves the embedded default pair.
+Binds 127.0.0.1 unless --host says otherwise. Needs the server extra: pip install 'ggufspec[server]'.
 
 examples:
   ggufspec serve
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from ggufspec.resolve import resolve_pair_refs
     from ggufspec.server import create_app, open_pair
     from ggufspec.server.adapter import describe
+    from ggufspec.server.shutdown import DrainingServer
     from ggufspec.settings import ContextSettings, PairSettings
 
     from ggufspec.llama.compute import compute_thread
@@ -139,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
         config = uvicorn.Config(
             app, log_level=args.log_level, timeout_graceful_shutdown=5, lifespan="on",
         )
-        server = uvicorn.Server(config)
+        # on SIGTERM the generations end first, each stream with an error event and [DONE]
+        server = DrainingServer(config, halt=app.state.server.worker.halt)
         server.run(sockets=[sock])
         lost = app.state.server.worker.lost
         if lost is not None:  # freeing buffers on a dead worker would wait for it: leave it to the OS

@@ -63,8 +63,9 @@ class Context:
         self._ptr = lib.new_context(model._ptr, context_params(settings, n_ctx=settings.n_ctx))
         if not self._ptr:
             raise UserError(
-                f"llama.cpp could not create a context of {settings.n_ctx} tokens for {model.path.name}; "
-                "try a smaller --ctx, or f16 KV cache (quantized V cache needs flash attention)"
+                f"llama.cpp could not create a context of {settings.n_ctx} tokens for {model.path.name} "
+                "(most often: not enough memory for its KV cache; --llama-log shows llama.cpp's reason); "
+                "try a smaller --ctx"
             )
         # llama.cpp may round n_ctx up and clamp n_batch to it: use what it actually made.
         self.n_ctx: int = llama.llama_n_ctx(self._ptr)

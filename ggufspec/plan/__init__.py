@@ -4,10 +4,12 @@
     placement  where each model's layers go over the GPUs; the plan and its devices
     advice     what would make a plan that does not fit fit
     load       the plan as llama.cpp load arguments (`--ngl auto`)
+    fit        does a --ctx fit the machine at all (checked before llama.cpp makes a context)
 
 Checked against llama.cpp's own dry run (tests/test_plan_measure.py, scripts/plan_vs_measure.py).
 """
 
+from ggufspec.plan.fit import ContextNeed, check_context_fits
 from ggufspec.plan.load import plan_for_load
 from ggufspec.plan.memory import (
     DEFAULT_MARGIN,
@@ -32,7 +34,7 @@ from ggufspec.plan.placement import (
 )
 
 __all__ = [
-    "DEFAULT_MARGIN", "GiB", "KV_PAD", "DeviceUse", "GpuBudget", "MemoryEstimate", "ModelPlan", "OffloadPlan",
-    "Placement", "check_cache_types", "compute_bytes", "estimate_memory", "kv_cells", "layer_kv_bytes",
+    "DEFAULT_MARGIN", "GiB", "KV_PAD", "ContextNeed", "DeviceUse", "GpuBudget", "MemoryEstimate", "ModelPlan", "OffloadPlan",
+    "Placement", "check_cache_types", "check_context_fits", "compute_bytes", "estimate_memory", "kv_cells", "layer_kv_bytes",
     "place_model", "plan_for_load", "plan_offload", "usage",
 ]

@@ -17,6 +17,7 @@ Modules, one concept each:
   drafting   a request's drafters and draft length, within what the server loaded
   worker     the one generation thread and its bounded waiting line (429 when full)
   slots      --parallel N: a thread per slot, the same waiting line, decodes batched
+  eta        Retry-After: how long the work in hand takes, from this server's measured speed
   delivery   a job's events to its client: one response, or server-sent events; disconnects
   responses  OpenAI-shaped bodies and chunks
   marks      each streamed token's provenance (opt-in: stream_options.include_speculative)
@@ -24,6 +25,7 @@ Modules, one concept each:
   metrics    Prometheus metrics
   errors     errors in OpenAI's shape
   app        the routes and `create_app`
+  shutdown   uvicorn's server, ending the generations first on SIGTERM
 """
 
 from ggufspec.server.adapter import open_pair

@@ -40,7 +40,9 @@ def client_gone() -> APIError:
 
 
 def shutting_down() -> APIError:
-    return APIError(503, "the server is shutting down", type="server_error", code="unavailable")
+    """A request refused, or a generation stopped, because the server is shutting down (SIGTERM)."""
+    return APIError(503, "the server is shutting down; retry once it is back", type="server_error",
+                    code="server_shutting_down")
 
 
 def outcome(status: int) -> str:

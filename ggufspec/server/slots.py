@@ -12,13 +12,13 @@ lost RPC worker behave as in `worker.Worker`, per slot. `--parallel 1` keeps `wo
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import deque
 
 from ggufspec.server import adapter
 from ggufspec.server.errors import APIError, shutting_down
+from ggufspec.server.eta import WaitEstimate
 from ggufspec.server.metrics import Metrics
 from ggufspec.server.worker import Job, _lost, run_job
 from ggufspec.slots import Slot, pick_slot
@@ -38,7 +38,7 @@ class SlotWorker:
         self._waiting: deque[Job] = deque()
         self._assigned: dict[int, Job] = {}  # slot index -> the job it runs (or is about to)
         self._stopping = False
-        self._mean_s = 1.0  # running mean of job durations, for Retry-After
+        self.eta = WaitEstimate()  # for Retry-After
         self.lost: str | None = None
         self._threads = [threading.Thread(target=self._run, args=(s,), name=f"ggufspec-slot-{s.index}", daemon=True)
                          for s in self.slots]
@@ -82,8 +82,9 @@ class SlotWorker:
             if not t.is_alive():
                 t.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Refuse new jobs, fail the waiting ones, cancel the running ones, join the threads."""
+    def halt(self) -> None:
+        """Refuse new jobs, fail the waiting ones, cancel the running ones; returns at once. Each
+        slot's job ends in a shutting-down error after its current step (`run_job`)."""
         with self._cond:
             self._stopping = True
             waiting, self._waiting = list(self._waiting), deque()
@@ -93,6 +94,10 @@ class SlotWorker:
         for job in waiting:
             job.cancel.set()
             job.emit("error", shutting_down())
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """`halt`, then join the threads."""
+        self.halt()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             if t.is_alive():
@@ -113,7 +118,8 @@ class SlotWorker:
                 self._dispatch()
                 return
             n = len(self._waiting)
-        wait = max(1, math.ceil(self._mean_s * (n + 1) / len(self.slots)))
+            wait = self.eta.seconds(running=list(self._assigned.values()), waiting=list(self._waiting),
+                                    slots=len(self.slots))
         raise APIError(
             429, f"the server is busy ({len(self.slots)} generations running, {n} waiting); retry in {wait} s",
             type="rate_limit_error", code="queue_full", headers={"Retry-After": str(wait)},
@@ -137,13 +143,16 @@ class SlotWorker:
             with self._cond:
                 while slot.index not in self._assigned and not self._stopping:
                     self._cond.wait()
-                if self._stopping:
-                    return
-                job = self._assigned[slot.index]
-            t0 = time.perf_counter()
+                job = self._assigned.pop(slot.index, None) if self._stopping else self._assigned[slot.index]
+            if job is None or self._stopping:  # shutting down: a job handed over but not started hears so
+                if job is not None:
+                    job.emit("error", shutting_down())
+                return
             last: tuple[str, object] | None = None
             try:
-                if not job.cancel.is_set():
+                if job.cancel.is_set():  # its client left, or a shutdown began, before it started
+                    last = ("error", shutting_down()) if self._stopping else None
+                else:
                     last = self._generate(slot, job)
             except Exception as exc:  # never let one request kill the slot
                 log.exception("generation failed")
@@ -154,9 +163,9 @@ class SlotWorker:
                 # next turn) then finds this slot's cache free, not busy for a moment.
                 with self._cond:
                     del self._assigned[slot.index]
-                    self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - t0)
                     if not self._stopping:
                         self._dispatch()
+                self.eta.finished(job, complete=last is not None and last[0] == "end" and not job.cancel.is_set())
             if last is not None:
                 job.emit(*last)
 

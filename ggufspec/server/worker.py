@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
 import time
 from collections import deque
@@ -21,6 +20,7 @@ from typing import Any, Callable
 from ggufspec.errors import UserError
 from ggufspec.server import adapter
 from ggufspec.server.errors import APIError, invalid, shutting_down
+from ggufspec.server.eta import WaitEstimate
 from ggufspec.server.marks import Mark
 from ggufspec.server.metrics import Metrics
 
@@ -49,6 +49,14 @@ class Job:
     # text goes in one event at the end instead of waking the event loop for every token
     stream: bool = True
     marks: bool = False  # a streaming client asked for each token's provenance (ggufspec.server.marks)
+    # the generating thread's timings, read by the Retry-After estimate (ggufspec.server.eta)
+    started: float | None = None
+    first_token: float | None = None
+    generated: int = 0
+
+    @property
+    def max_tokens(self) -> int:
+        return self.request.max_tokens
 
     def emit(self, kind: str, value: Any = None) -> None:
         try:
@@ -68,7 +76,7 @@ class Worker:
         self._waiting: deque[Job] = deque()
         self._current: Job | None = None
         self._stopping = False
-        self._mean_s = 1.0  # running mean of job durations, for Retry-After
+        self.eta = WaitEstimate()  # for Retry-After
         self.lost: str | None = None  # why the pair can no longer generate (an RPC worker died)
         self._thread = threading.Thread(target=self._run, name="ggufspec-generate", daemon=True)
         metrics.queue_depth.set_function(self.depth)
@@ -105,8 +113,9 @@ class Worker:
         if not self._thread.is_alive() and not self._stopping:
             self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Refuse new jobs, fail the waiting ones, cancel the running one, join the thread."""
+    def halt(self) -> None:
+        """Refuse new jobs, fail the waiting ones, cancel the running one; returns at once. The
+        running job ends in a shutting-down error after its current step (`run_job`)."""
         with self._cond:
             self._stopping = True
             waiting, self._waiting = list(self._waiting), deque()
@@ -116,6 +125,10 @@ class Worker:
         for job in waiting:
             job.cancel.set()
             job.emit("error", shutting_down())
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """`halt`, then join the thread."""
+        self.halt()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -135,7 +148,8 @@ class Worker:
                 self._cond.notify()
                 return
             n = len(self._waiting)
-        wait = max(1, math.ceil(self._mean_s * (n + 1)))
+            wait = self.eta.seconds(running=[self._current] if self._current is not None else [],
+                                    waiting=list(self._waiting), slots=1)
         raise APIError(
             429, f"the server is busy (one generation running, {n} waiting); retry in {wait} s",
             type="rate_limit_error", code="queue_full", headers={"Retry-After": str(wait)},
@@ -152,20 +166,22 @@ class Worker:
                 if job.cancel.is_set():  # the client left while waiting
                     continue
                 self._current = job
-            t0 = time.perf_counter()
+            last: tuple[str, Any] | None = None
             try:
-                self._generate(job)
+                last = self._generate(job)
             except Exception as exc:  # never let one request kill the worker
                 log.exception("generation failed")
-                job.emit("error", APIError(500, f"generation failed: {type(exc).__name__}: {exc}",
-                                           type="server_error", code="internal_error"))
+                last = ("error", APIError(500, f"generation failed: {type(exc).__name__}: {exc}",
+                                          type="server_error", code="internal_error"))
             finally:
                 with self._cond:
                     self._current = None
-                self._mean_s = 0.8 * self._mean_s + 0.2 * (time.perf_counter() - t0)
+                self.eta.finished(job, complete=last is not None and last[0] == "end" and not job.cancel.is_set())
+            if last is not None:
+                job.emit(*last)
 
-    def _generate(self, job: Job) -> None:
-        job.emit(*run_job(self.pair, job, self.metrics, stopping=lambda: self._stopping))
+    def _generate(self, job: Job) -> tuple[str, Any]:
+        return run_job(self.pair, job, self.metrics, stopping=lambda: self._stopping)
 
 
 def run_job(pair: adapter.Pair, job: Job, metrics: Metrics, *, stopping: Callable[[], bool], slot: Any = None
@@ -173,7 +189,7 @@ def run_job(pair: adapter.Pair, job: Job, metrics: Metrics, *, stopping: Callabl
     """Run `job` (on `slot` when given), emitting its text as it comes; returns its last event,
     ("end", stats) or ("error", APIError), for the caller to emit (a slot worker frees the slot
     first). `stopping`: is the server shutting down (a cancelled job then ends in an error)."""
-    started = time.perf_counter()
+    started = job.started = time.perf_counter()
     metrics.queue_wait.observe(started - job.enqueued)
     try:
         gen = (adapter.start_generation(pair, job.request) if slot is None
@@ -184,8 +200,10 @@ def run_job(pair: adapter.Pair, job: Job, metrics: Metrics, *, stopping: Callabl
     held: list[str] = []  # a non-streaming job's text, emitted once
     try:
         for step in gen:
+            job.generated += 1
             if first:
-                metrics.ttft.observe(time.perf_counter() - job.enqueued)
+                job.first_token = time.perf_counter()
+                metrics.ttft.observe(job.first_token - job.enqueued)
                 first = False
             if job.marks:
                 job.emit("step", Mark.of(step))
