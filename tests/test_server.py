@@ -43,6 +43,7 @@ from ggufspec.resolve import PairRefs  # noqa: E402
 from ggufspec.runtime import load_pair  # noqa: E402
 from ggufspec.settings import ContextSettings, PairSettings  # noqa: E402
 from ggufspec.server import adapter, create_app, open_pair  # noqa: E402
+import web_serve  # noqa: E402
 
 API_KEY = "sk-test-ggufspec"
 N_CTX = 4096
@@ -61,34 +62,13 @@ class Server:
 
 def _start(target: Path, draft: Path, log: Path) -> Server:
     """Start `ggufspec serve` on a free port; bounded wait for the port line and /health."""
-    out = log.open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ggufspec.cli", "serve", "--target", str(target), "--draft", str(draft),
-         "--host", "127.0.0.1", "--port", "0", "--threads", "1", "--ctx", str(N_CTX), "--queue", "1",
-         "--api-key", API_KEY, "--log-level", "warning",
+    served = web_serve.start(
+        ["--target", str(target), "--draft", str(draft), "--threads", "1", "--ctx", str(N_CTX), "--queue", "1",
+         "--api-key", API_KEY,
          # the tiny pair's draft costs what its target does, so the controller would run the target
          # alone; these tests check the draft path itself (one test below lets the controller choose)
-         "--always-draft"],
-        stdout=out, stderr=subprocess.STDOUT,
-    )
-    out.close()
-    deadline = time.monotonic() + 60
-    url = None
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"the server exited with {proc.returncode}:\n{log.read_text()}")
-        if url is None:
-            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", log.read_text())
-            url = m.group(1) if m else None
-        if url is not None:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    return Server(proc, url, log)
-            except httpx.TransportError:
-                pass
-        time.sleep(0.05)
-    proc.kill()
-    pytest.fail(f"the server did not come up in 60 s:\n{log.read_text()}")
+         "--always-draft"], log=log, timeout_s=60)
+    return Server(served.proc, served.url, served.log)
 
 
 @pytest.fixture(scope="module")
@@ -462,12 +442,7 @@ def test_api_key_required(server: Server) -> None:
 
 
 def _wait_until(predicate, timeout: float = 60.0) -> None:
-    """Poll until `predicate()`; the timeout only keeps a broken server from hanging the suite."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail("condition not reached")
-        time.sleep(0.01)
+    web_serve.wait_until(predicate, timeout, poll_s=0.01)
 
 
 class Gate:

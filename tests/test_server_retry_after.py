@@ -20,19 +20,12 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 import web_serve  # noqa: E402
-from web_serve import AUTH  # noqa: E402
+from web_serve import AUTH, wait_until as _wait_until  # noqa: E402
 
 LONG = {"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 3000, "temperature": 0}
 #: Retry-After must be within this factor of the measured drain, either way.
 FACTOR = 2.5
 
-
-def _wait_until(check, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail("timed out waiting")
-        time.sleep(0.02)
 
 
 def _round(url: str) -> tuple[int, float]:

@@ -21,19 +21,12 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
 import web_serve  # noqa: E402
-from web_serve import AUTH  # noqa: E402
+from web_serve import AUTH, wait_until as _wait_until  # noqa: E402
 
 #: SIGTERM to exit: the worker stops after its current step, the stream's last events go out,
 #: then the pair is freed. uvicorn's graceful timeout (5 s) must not be what ends it.
 EXIT_WITHIN_S = 4.0
 
-
-def _wait_until(check, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail("timed out waiting")
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("parallel", [1, 2])

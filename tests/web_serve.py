@@ -55,3 +55,12 @@ def stop(server: Served) -> None:
     except subprocess.TimeoutExpired:
         server.proc.kill()
         server.proc.wait()
+
+
+def wait_until(predicate, timeout: float = 60.0, *, poll_s: float = 0.02) -> None:
+    """Poll until `predicate()`; the timeout only keeps a broken server from hanging the suite."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail("timed out waiting")
+        time.sleep(poll_s)
