@@ -59,48 +59,68 @@ K_MAX = 16  # draft tokens scored from each position by `record` (the most a rep
 MAX_TOKENS = 128  # new tokens a generation, as the bench's
 
 
-def record(out: Path, max_tokens: int, k_max: int = K_MAX) -> None:
+def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0) -> None:
+    """Traces of both prompt sets into `out`, written again (atomically) after each prompt, in the
+    bench's order. `limit`: the first `limit` prompts of each set's categories only, recorded
+    one of each cell before a second of any (a partial file covers every cell). Prompts that `out`
+    already holds (same k_max) are kept, not recorded again: an interrupted run resumes."""
     import numpy as np
 
     from ggufspec import ContextSettings, PairSettings, SamplingSettings, load_pair
     from ggufspec.bench.prompts import load_prompts
 
+    order = [(s, p) for s in ("tuned", "heldout") for p in load_prompts(prompt_set=s)]
+    rank: dict[int, int] = {}
+    seen: collections.Counter = collections.Counter()
+    for i, (s, p) in enumerate(order):
+        seen[(s, p.category)] += 1
+        rank[i] = seen[(s, p.category)]
+    todo = sorted((i for i in range(len(order)) if not limit or rank[i] <= limit), key=lambda i: (rank[i], i))
     traces: dict[str, Any] = {}
+    if out.is_file():
+        traces = {k: v for k, v in json.loads(out.read_text()).items() if v.get("k_max") == k_max}
+    index = {p.id: i for i, (_, p) in enumerate(order)}
+
+    def write() -> None:
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(json.dumps(dict(sorted(traces.items(), key=lambda kv: index.get(kv[0], len(index))))))
+        tmp.replace(out)
+
     with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=2048))) as pair:
         target = pair.target_ctx
         draft = next(d for d in pair.drafters if not getattr(d, "free", False)).ctx  # type: ignore[attr-defined]
-        for s in ("tuned", "heldout"):
-            for p in load_prompts(prompt_set=s):
-                gen = pair.generate(messages=list(p.messages), max_tokens=max_tokens, drafters=(), cache_prompt=False,
-                                    sampling=SamplingSettings(temperature=0.0))
-                gen.run()
-                prompt = list(pair.encode(messages=list(p.messages)))
-                hist = prompt + list(gen.tokens)
-                target.clear()
-                target.decode(hist[:-1], logits="none")
-                state = target.state()
-                accepted, tops = [], []
-                for pos in range(len(prompt), len(hist)):  # a round whose history is hist[:pos]
-                    if not draft.load_state(state, hist[:-1]):
-                        sys.exit("error: the draft model refused the target's KV cache (not the same network)")
-                    draft.truncate(pos - 1)
-                    tok, n, top = hist[pos - 1], 0, []
-                    while n < k_max and pos + n < len(hist):
-                        draft.decode([tok], logits="last")
-                        logits = draft.logits(-1)
-                        tok = int(np.argmax(logits))
-                        top.append(round(top_probability(logits, tok), 4))
-                        if tok != hist[pos + n]:
-                            break
-                        n += 1
-                    accepted.append(n)
-                    tops.append(top)
-                traces[p.id] = {"set": s, "category": p.category, "prompt": prompt, "reply": list(gen.tokens),
-                                "model_accepted": accepted, "model_top": tops, "k_max": k_max}
-                print(f"{p.id}: {len(gen.tokens)} tokens, {st.mean(accepted):.2f} accepted from each position", flush=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(traces))
-    tmp.replace(out)
+        for s, p in (order[i] for i in todo):
+            if p.id in traces:
+                continue
+            gen = pair.generate(messages=list(p.messages), max_tokens=max_tokens, drafters=(), cache_prompt=False,
+                                sampling=SamplingSettings(temperature=0.0))
+            gen.run()
+            prompt = list(pair.encode(messages=list(p.messages)))
+            hist = prompt + list(gen.tokens)
+            target.clear()
+            target.decode(hist[:-1], logits="none")
+            state = target.state()
+            accepted, tops = [], []
+            for pos in range(len(prompt), len(hist)):  # a round whose history is hist[:pos]
+                if not draft.load_state(state, hist[:-1]):
+                    sys.exit("error: the draft model refused the target's KV cache (not the same network)")
+                draft.truncate(pos - 1)
+                tok, n, top = hist[pos - 1], 0, []
+                while n < k_max and pos + n < len(hist):
+                    draft.decode([tok], logits="last")
+                    logits = draft.logits(-1)
+                    tok = int(np.argmax(logits))
+                    top.append(round(top_probability(logits, tok), 4))
+                    if tok != hist[pos + n]:
+                        break
+                    n += 1
+                accepted.append(n)
+                tops.append(top)
+            traces[p.id] = {"set": s, "category": p.category, "prompt": prompt, "reply": list(gen.tokens),
+                            "model_accepted": accepted, "model_top": tops, "k_max": k_max}
+            write()
+            print(f"{p.id}: {len(gen.tokens)} tokens, {st.mean(accepted):.2f} accepted from each position", flush=True)
+    write()
 
 
 FIRST_CALL_S = 0.0049  # the draft's first call imports the target's cache (ggufspec.drafters.Draft.first_s)
@@ -485,6 +505,8 @@ def main() -> None:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
     r.add_argument("--k-max", type=int, default=K_MAX, help="the most draft tokens scored from each position")
+    r.add_argument("--limit", type=int, default=0,
+                   help="the first N prompts of each category of each set only (one of each cell first); 0: all")
     s = sub.add_parser("simulate", help="replay the traces through the controller")
     s.add_argument("traces", type=Path)
     s.add_argument("--bench", type=Path, default=Path("docs/bench/epyc-first/bench.json"),
@@ -500,7 +522,7 @@ def main() -> None:
                         "[:P_MIN]] or K<N> (default: %(default)s)")
     args = ap.parse_args()
     if args.cmd == "record":
-        record(args.out, args.max_tokens, args.k_max)
+        record(args.out, args.max_tokens, args.k_max, args.limit)
     else:
         if args.profile and args.loop_costs:
             sys.exit("error: --loop-costs reads a bench's runs; a --profile gives its own costs")
