@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import hashlib
 import os
 import platform
 import pstats
@@ -285,8 +284,10 @@ def profile(key: str, *, rounds: int, max_tokens: int, prompt_len: int, top: int
     wanted = {"choose": "control.py", "observe": "control.py", "extend": "control.py", "begin": "control.py",
               "wants": "control.py", "propose": "drafters.py", "continue_after": "drafters.py", "_observe": "engine.py",
               "_extension": "engine.py", "accept_greedy": "acceptance.py", "_pick": "engine.py", "push": "text.py",
-              "stats": "engine.py", "_sync": "drafters.py",
-              "_reach": "drafters.py"}
+              "stats": "engine.py", "_sync": "drafters.py", "_reach": "drafters.py", "best_len": "control.py",
+              "prior_rate": "control.py", "throughput": "control.py", "prefix_accept": "control.py",
+              "verify_s": "control.py", "draft_cost_s": "control.py", "_check": "control.py", "_spacing": "control.py",
+              "_wait": "control.py"}
     cum: dict[str, float] = {}
     for tt, ct, nc, label, file in ours:
         func = label.rsplit("(", 1)[-1].rstrip(")")
