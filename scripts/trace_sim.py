@@ -18,6 +18,11 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
               (`--policies default always:8 K8 default:12:0.3 default:8:0:0`: kind, draft_max, p_min,
               draft_extend). The default's full model drafts take lookup's continuation as the
               engine's `_extension` does (`DraftController.extend`; its fourth field 0: off).
+              `--profile NAME|FILE` prices rounds with costs given as numbers instead of a bench's
+              (`PROFILES`: h200-135m, rtx3090-8b; or a JSON/TOML file of the same keys), for
+              regimes this machine cannot produce; with the default first and fixed-K or
+              always-draft rivals it also prints `bench --regimes`' cells per prompt set
+              (docs/bench/regimes_simulated.md).
 
 Checked against the real loop: fixed K = 8 over the 58 prompts ran 843 rounds, the simulation
 841 (and 841 with the draft's cache refreshed from the target's every round, the trace's model).
@@ -28,6 +33,7 @@ policies.
 
     .venv/bin/python scripts/trace_sim.py record --out traces.json
     .venv/bin/python scripts/trace_sim.py simulate traces.json --bench docs/bench/epyc-first/bench.json
+    .venv/bin/python scripts/trace_sim.py simulate traces.json --profile rtx3090-8b --policies default always K2 K4 K8
 """
 
 from __future__ import annotations
@@ -53,48 +59,68 @@ K_MAX = 16  # draft tokens scored from each position by `record` (the most a rep
 MAX_TOKENS = 128  # new tokens a generation, as the bench's
 
 
-def record(out: Path, max_tokens: int, k_max: int = K_MAX) -> None:
+def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0) -> None:
+    """Traces of both prompt sets into `out`, written again (atomically) after each prompt, in the
+    bench's order. `limit`: the first `limit` prompts of each set's categories only, recorded
+    one of each cell before a second of any (a partial file covers every cell). Prompts that `out`
+    already holds (same k_max) are kept, not recorded again: an interrupted run resumes."""
     import numpy as np
 
     from ggufspec import ContextSettings, PairSettings, SamplingSettings, load_pair
     from ggufspec.bench.prompts import load_prompts
 
+    order = [(s, p) for s in ("tuned", "heldout") for p in load_prompts(prompt_set=s)]
+    rank: dict[int, int] = {}
+    seen: collections.Counter = collections.Counter()
+    for i, (s, p) in enumerate(order):
+        seen[(s, p.category)] += 1
+        rank[i] = seen[(s, p.category)]
+    todo = sorted((i for i in range(len(order)) if not limit or rank[i] <= limit), key=lambda i: (rank[i], i))
     traces: dict[str, Any] = {}
+    if out.is_file():
+        traces = {k: v for k, v in json.loads(out.read_text()).items() if v.get("k_max") == k_max}
+    index = {p.id: i for i, (_, p) in enumerate(order)}
+
+    def write() -> None:
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(json.dumps(dict(sorted(traces.items(), key=lambda kv: index.get(kv[0], len(index))))))
+        tmp.replace(out)
+
     with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=2048))) as pair:
         target = pair.target_ctx
         draft = next(d for d in pair.drafters if not getattr(d, "free", False)).ctx  # type: ignore[attr-defined]
-        for s in ("tuned", "heldout"):
-            for p in load_prompts(prompt_set=s):
-                gen = pair.generate(messages=list(p.messages), max_tokens=max_tokens, drafters=(), cache_prompt=False,
-                                    sampling=SamplingSettings(temperature=0.0))
-                gen.run()
-                prompt = list(pair.encode(messages=list(p.messages)))
-                hist = prompt + list(gen.tokens)
-                target.clear()
-                target.decode(hist[:-1], logits="none")
-                state = target.state()
-                accepted, tops = [], []
-                for pos in range(len(prompt), len(hist)):  # a round whose history is hist[:pos]
-                    if not draft.load_state(state, hist[:-1]):
-                        sys.exit("error: the draft model refused the target's KV cache (not the same network)")
-                    draft.truncate(pos - 1)
-                    tok, n, top = hist[pos - 1], 0, []
-                    while n < k_max and pos + n < len(hist):
-                        draft.decode([tok], logits="last")
-                        logits = draft.logits(-1)
-                        tok = int(np.argmax(logits))
-                        top.append(round(top_probability(logits, tok), 4))
-                        if tok != hist[pos + n]:
-                            break
-                        n += 1
-                    accepted.append(n)
-                    tops.append(top)
-                traces[p.id] = {"set": s, "category": p.category, "prompt": prompt, "reply": list(gen.tokens),
-                                "model_accepted": accepted, "model_top": tops, "k_max": k_max}
-                print(f"{p.id}: {len(gen.tokens)} tokens, {st.mean(accepted):.2f} accepted from each position", flush=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(json.dumps(traces))
-    tmp.replace(out)
+        for s, p in (order[i] for i in todo):
+            if p.id in traces:
+                continue
+            gen = pair.generate(messages=list(p.messages), max_tokens=max_tokens, drafters=(), cache_prompt=False,
+                                sampling=SamplingSettings(temperature=0.0))
+            gen.run()
+            prompt = list(pair.encode(messages=list(p.messages)))
+            hist = prompt + list(gen.tokens)
+            target.clear()
+            target.decode(hist[:-1], logits="none")
+            state = target.state()
+            accepted, tops = [], []
+            for pos in range(len(prompt), len(hist)):  # a round whose history is hist[:pos]
+                if not draft.load_state(state, hist[:-1]):
+                    sys.exit("error: the draft model refused the target's KV cache (not the same network)")
+                draft.truncate(pos - 1)
+                tok, n, top = hist[pos - 1], 0, []
+                while n < k_max and pos + n < len(hist):
+                    draft.decode([tok], logits="last")
+                    logits = draft.logits(-1)
+                    tok = int(np.argmax(logits))
+                    top.append(round(top_probability(logits, tok), 4))
+                    if tok != hist[pos + n]:
+                        break
+                    n += 1
+                accepted.append(n)
+                tops.append(top)
+            traces[p.id] = {"set": s, "category": p.category, "prompt": prompt, "reply": list(gen.tokens),
+                            "model_accepted": accepted, "model_top": tops, "k_max": k_max}
+            write()
+            print(f"{p.id}: {len(gen.tokens)} tokens, {st.mean(accepted):.2f} accepted from each position", flush=True)
+    write()
 
 
 FIRST_CALL_S = 0.0049  # the draft's first call imports the target's cache (ggufspec.drafters.Draft.first_s)
@@ -146,9 +172,41 @@ class Costs:
         costs.source = f"{draft} runs"
         return costs
 
-    def python_s(self, k: int) -> float:
-        """Our Python in a round of k drafts (the verify's logits, the acceptance, bookkeeping)."""
-        return self.python0 + self.python1 * k
+    @classmethod
+    def from_profile(cls, profile: dict[str, Any]) -> Costs:
+        """Costs given as numbers (`PROFILES`, or a JSON/TOML file of the same keys): milliseconds
+        of a target step, of a verify of n rows (a few n, interpolated linearly, the last two
+        points' line beyond), of a draft step, of the draft's first call a round over its other
+        steps (`draft_first_extra_ms`: the catch-up on the 1-2 tokens the last round left, and the
+        import of the target's cache where the draft is the target's network), and our Python a
+        round: `python_round_ms` + `python_draft_ms` a drafted token, + `python_controller_ms`
+        where the controller chose the round (the default and always-draft; not fixed K nor the
+        target alone)."""
+        missing = [k for k in ("target_step_ms", "verify_ms", "draft_step_ms") if k not in profile]
+        if missing:
+            sys.exit(f"error: the cost profile lacks {', '.join(missing)}")
+        rows = {int(n): float(ms) for n, ms in profile["verify_ms"].items()}
+        if len(rows) < 2 or min(rows) < 1:
+            sys.exit("error: verify_ms needs at least two row counts (1 = a step of the target alone)")
+        ms = 1e-3
+        costs = cls({"target_step_s": float(profile["target_step_ms"]) * ms,
+                     "verify_s": {n - 1: v * ms for n, v in rows.items()},  # keyed by drafts: K drafts, K + 1 rows
+                     "draft_step_s": {"draft": float(profile["draft_step_ms"]) * ms}})
+        if 0 not in costs.verify:
+            costs.verify[0] = costs.a
+        costs.f = costs.b + float(profile.get("draft_first_extra_ms", 0.0)) * ms
+        costs.python0 = float(profile.get("python_round_ms", 0.0)) * ms
+        costs.python1 = float(profile.get("python_draft_ms", 0.0)) * ms
+        costs.python_ctl = float(profile.get("python_controller_ms", 0.0)) * ms
+        costs.source = str(profile.get("name", "profile"))
+        return costs
+
+    python_ctl = 0.0  # our Python a round on top of python_s where the controller chose it (profiles only)
+
+    def python_s(self, k: int, *, controlled: bool = False) -> float:
+        """Our Python in a round of k drafts (the verify's logits, the acceptance, bookkeeping),
+        and the controller's where it chose the round."""
+        return self.python0 + self.python1 * k + (self.python_ctl if controlled else 0.0)
 
     def verify_s(self, k: int) -> float:
         ks = sorted(self.verify)
@@ -157,6 +215,65 @@ class Costs:
                 return self.verify[lo] + (self.verify[hi] - self.verify[lo]) * (k - lo) / (hi - lo)
         lo, hi = ks[-2], ks[-1]
         return self.verify[hi] + (self.verify[hi] - self.verify[lo]) / (hi - lo) * (k - hi)
+
+
+# Cost profiles for regimes this machine cannot produce (`simulate --profile NAME`); their
+# derivations are in docs/bench/regimes_simulated.md. verify_ms maps rows (K drafts + 1) to ms.
+PROFILES: dict[str, dict[str, Any]] = {
+    # The default pair (SmolLM2-135M Q8_0 target, its Q4_1 draft) on an NVIDIA H200, all layers on
+    # the GPU: one lockstep bench, 64 tokens, 2 prompts x 2 repeats (issue 40's GPU check). A 135M
+    # model on a GPU is launch-bound: a draft step costs what a target step does.
+    # - target step 4.21 ms: the target alone's verify a token (one row a round; 231.6 tok/s with
+    #   its 0.11 ms of Python)
+    # - 9 rows 11.7 ms: fixed K = 8 verified 1.43 ms a generated token, at 8 x 0.9 + 1 = 8.2 tokens
+    #   a round (its accept rate 0.84-0.95: 11.0-12.3 ms); rows between 1 and 9 interpolated
+    #   linearly (no K in between was timed)
+    # - draft step 4.0 ms: fixed K = 2 drafted at 3.96 ms a token, K = 8 at 4.1; with a first call
+    #   dearer by e, b + e/2 = 3.96 and b + e/8 = 4.1 give e < 0: no first-call extra to see
+    # - our Python: 0.11 ms a round alone; 0.10 ms a drafted token (the EPYC's 0.2 ms scaled by
+    #   the two hosts' target-alone Python, 0.11 / 0.22); the default's 0.50 ms a token (mostly
+    #   target-alone rounds, ~0.9 rounds a token, 0.23 drafted tokens a token: 0.92 ms of draft at
+    #   4 ms) leaves ~0.4 ms a round for the controller's rounds
+    "h200-135m": {
+        "name": "h200-135m", "target_step_ms": 4.21, "verify_ms": {1: 4.21, 9: 11.7}, "draft_step_ms": 4.0,
+        "draft_first_extra_ms": 0.0, "python_round_ms": 0.11, "python_draft_ms": 0.10, "python_controller_ms": 0.4,
+    },
+    # A consumer 7B-class GPU: llama 8B Q4_0 on an RTX 3090 (FlashAttention on), a 1B Q4 draft.
+    # - target: llama-bench pp512 at micro-batch sizes 1-8 (the master column) in
+    #   https://github.com/ggml-org/llama.cpp/pull/15802: 155.02, 277.36, 390.23, 468.95, 514.50,
+    #   529.37, 559.17, 570.67 t/s; n rows cost n / (t/s). Past 8 rows: the last two points' line
+    #   (1.5 ms a row).
+    # - draft step 1.31 ms: TinyLlama 1.1B Q4_K_M tg128 762.37 t/s on an RTX 4090 (Vulkan),
+    #   https://github.com/geerlingguy/ai-benchmarks/issues/43 (no one-row figure of a 1B on a 3090
+    #   was found; the same PR 15802 has its 8-row batch, 2556.59 t/s = 3.13 ms, the most a one-row
+    #   step can cost: see docs/bench/profiles/rtx3090-8b-slowdraft.json)
+    # - first-call extra 0.16 ms: a round's first draft call decodes 1-2 tokens (no cache import:
+    #   another network); the 8B's 2-row / 1-row cost (7.21 / 6.45 = 1.12) applied to the draft's step
+    # - our Python: the H200 host's (above)
+    "rtx3090-8b": {
+        "name": "rtx3090-8b",
+        "target_step_ms": 6.45,
+        "verify_ms": {1: 6.451, 2: 7.211, 3: 7.688, 4: 8.530, 5: 9.718, 6: 11.334, 7: 12.519, 8: 14.019},
+        "draft_step_ms": 1.31, "draft_first_extra_ms": 0.16,
+        "python_round_ms": 0.11, "python_draft_ms": 0.10, "python_controller_ms": 0.4,
+    },
+}
+
+
+def load_profile(text: str) -> dict[str, Any]:
+    """A built-in profile's name, or a .json / .toml file of the same keys."""
+    if text in PROFILES:
+        return PROFILES[text]
+    path = Path(text)
+    if not path.is_file():
+        sys.exit(f"error: no cost profile {text!r}; give one of {', '.join(PROFILES)} or a .json/.toml file")
+    if path.suffix == ".toml":
+        import tomllib
+
+        data = tomllib.loads(path.read_text())
+    else:
+        data = json.loads(path.read_text())
+    return {"name": path.stem, **data}
 
 
 @dataclass(frozen=True)
@@ -270,7 +387,7 @@ def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController 
             accepted = common_prefix(proposal.tokens[:k], reply[at:])
         else:
             accepted = 0
-        round_s = (costs.verify_s(k + ext) + costs.python_s(k + ext)) * jitter + draft_s + check_s
+        round_s = (costs.verify_s(k + ext) + costs.python_s(k + ext, controlled=ctl is not None)) * jitter + draft_s + check_s
         emitted = accepted + 1
         if ctl is not None and choice is not None:
             scored = {}
@@ -288,17 +405,10 @@ def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController 
     return seconds
 
 
-def simulate(path: Path, bench: Path, noise: float, seeds: int, policies: tuple[Policy, ...], *,
-             loop_costs: bool = False) -> None:
-    traces = json.loads(path.read_text())
-    costs = Costs(json.loads(bench.read_text())["micro"])
-    if loop_costs:
-        runs = bench.parent / "runs.csv"
-        if not runs.is_file():
-            sys.exit(f"error: {runs} does not exist; --loop-costs reads the bench's runs")
-        with runs.open(newline="") as f:
-            costs = Costs.from_runs(list(csv.DictReader(f)), costs.draft)
-    cell = {pid: f"{'held-out' if t['set'] == 'heldout' else 'tuned'} {t['category']}" for pid, t in traces.items()}
+def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
+           policies: tuple[Policy, ...]) -> dict[tuple[Policy, str], list[float]]:
+    """(policy, prompt id) -> its speedups over the target alone, seed by seed, the bench's two
+    repeats each (seed s: items 2s and 2s + 1)."""
     speedups: dict[tuple[Policy, str], list[float]] = collections.defaultdict(list)
     for seed in range(seeds):
         rng = random.Random(seed)
@@ -309,12 +419,66 @@ def simulate(path: Path, bench: Path, noise: float, seeds: int, policies: tuple[
                 for policy in policies:
                     seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise)
                     speedups[(policy, pid)].append(alone / seconds)
+    return speedups
+
+
+def regime_rows(traces: dict[str, Any], speedups: dict[tuple[Policy, str], list[float]],
+                policies: tuple[Policy, ...], seeds: int) -> list[dict[str, Any]]:
+    """`bench --regimes`' cells per prompt set: the first policy's speedup (median over prompts of
+    each prompt's median over seeds and repeats) against the best rival (fixed K or always-draft;
+    the target alone, 1.0, where none beats it), default / best; and that ratio's range over the
+    seeds (each seed's two repeats alone)."""
+    default, rivals = policies[0], [p for p in policies[1:] if p.kind in ("fixed", "always")]
+    rows = []
+    for name in ("tuned", "heldout"):
+        ids = [i for i, t in traces.items() if t["set"] == name]
+        if not ids:
+            continue
+
+        def speedup(policy: Policy, seed: int | None = None) -> float:
+            pick = (lambda v: v) if seed is None else (lambda v: v[2 * seed:2 * seed + 2])
+            return st.median(st.median(pick(speedups[(policy, i)])) for i in ids)
+
+        def versus(seed: int | None = None) -> tuple[float, str, float]:
+            best, label = max(((speedup(p, seed), p.label) for p in rivals), default=(1.0, "target alone"))
+            if best <= 1.0:
+                best, label = 1.0, "target alone"
+            return speedup(default, seed) / best, label, best
+        ratio, best_label, best = versus()
+        per_seed = [versus(s)[0] for s in range(seeds)]
+        rows.append({"set": name, "prompts": len(ids), "speedup": speedup(default), "best": best_label,
+                     "best_speedup": best, "ratio": ratio, "ratio_low": min(per_seed), "ratio_high": max(per_seed),
+                     "holds": ratio >= 0.97,
+                     **{p.label: speedup(p) for p in policies}})
+    return rows
+
+
+def simulate(path: Path, bench: Path | None, noise: float, seeds: int, policies: tuple[Policy, ...], *,
+             loop_costs: bool = False, profile: str | None = None) -> None:
+    traces = json.loads(path.read_text())
+    if profile is not None:
+        costs = Costs.from_profile(load_profile(profile))
+    else:
+        assert bench is not None
+        costs = Costs(json.loads(bench.read_text())["micro"])
+    if loop_costs:
+        assert bench is not None
+        runs = bench.parent / "runs.csv"
+        if not runs.is_file():
+            sys.exit(f"error: {runs} does not exist; --loop-costs reads the bench's runs")
+        with runs.open(newline="") as f:
+            costs = Costs.from_runs(list(csv.DictReader(f)), costs.draft)
+    cell = {pid: f"{'held-out' if t['set'] == 'heldout' else 'tuned'} {t['category']}" for pid, t in traces.items()}
+    speedups = replay(traces, costs, noise, seeds, policies)
     cells = sorted(set(cell.values()))
 
     def per_cell(f) -> str:
         return " | ".join(f"{st.median(f(i) for i in cell if cell[i] == c):.3f}" for c in cells)
-    print(f"costs ({costs.source}): target step {costs.a * 1e3:.1f} ms, draft step {costs.b * 1e3:.2f} ms, verify of 9 rows "
-          f"{costs.verify_s(8) * 1e3:.1f} ms; noise {noise} a round; {seeds} seed(s)\n")
+    print(f"costs ({costs.source}): target step {costs.a * 1e3:.2f} ms, draft step {costs.b * 1e3:.2f} ms "
+          f"(first call {costs.f * 1e3:.2f}), verify of 3/5/9 rows {costs.verify_s(2) * 1e3:.2f}/"
+          f"{costs.verify_s(4) * 1e3:.2f}/{costs.verify_s(8) * 1e3:.2f} ms, Python {costs.python0 * 1e3:.2f} ms a round "
+          f"+ {costs.python1 * 1e3:.2f} a draft + {costs.python_ctl * 1e3:.2f} controlled; noise {noise} a round; "
+          f"{seeds} seed(s)\n")
     print("| policy | " + " | ".join(cells) + " |\n|---|" + "---:|" * len(cells))
     for policy in policies:
         print(f"| {policy.label} | " + per_cell(lambda i: st.median(speedups[(policy, i)])) + " |")
@@ -322,6 +486,16 @@ def simulate(path: Path, bench: Path, noise: float, seeds: int, policies: tuple[
     for other in policies[1:]:
         print(f"| {first.label} / {other.label}, per prompt | "
               + per_cell(lambda i: st.median(speedups[(first, i)]) / st.median(speedups[(other, i)])) + " |")
+    if first.kind == "default" and any(p.kind in ("fixed", "always") for p in policies[1:]):
+        rows = regime_rows(traces, speedups, policies, seeds)
+        print(f"\nAs `bench --regimes` (speedup: median over prompts; vs best: {first.label} / max(1, best fixed K or "
+              f"always-draft); [min-max over the {seeds} seed(s)])\n")
+        print("| set | prompts | " + " | ".join(p.label for p in policies) + " | best rival | vs best | holds (>= 0.97) |")
+        print("|---|---:|" + "---:|" * len(policies) + "---|---|---|")
+        for r in rows:
+            print(f"| {r['set']} | {r['prompts']} | " + " | ".join(f"{r[p.label]:.2f}" for p in policies)
+                  + f" | {r['best']} ({r['best_speedup']:.2f}x) | {r['ratio']:.3f} [{r['ratio_low']:.3f}-"
+                  f"{r['ratio_high']:.3f}] | {'yes' if r['holds'] else 'NO'} |")
 
 
 def main() -> None:
@@ -331,10 +505,14 @@ def main() -> None:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--max-tokens", type=int, default=MAX_TOKENS)
     r.add_argument("--k-max", type=int, default=K_MAX, help="the most draft tokens scored from each position")
+    r.add_argument("--limit", type=int, default=0,
+                   help="the first N prompts of each category of each set only (one of each cell first); 0: all")
     s = sub.add_parser("simulate", help="replay the traces through the controller")
     s.add_argument("traces", type=Path)
     s.add_argument("--bench", type=Path, default=Path("docs/bench/epyc-first/bench.json"),
                    help="a bench.json whose measured costs price the rounds")
+    s.add_argument("--profile", help=f"price the rounds with a cost profile instead: {', '.join(PROFILES)}, or a "
+                                     ".json/.toml file of its keys (see PROFILES)")
     s.add_argument("--noise", type=float, default=0.0, help="sd of a round's log-normal time noise (0: none)")
     s.add_argument("--seeds", type=int, default=1)
     s.add_argument("--loop-costs", action="store_true",
@@ -344,13 +522,15 @@ def main() -> None:
                         "[:P_MIN]] or K<N> (default: %(default)s)")
     args = ap.parse_args()
     if args.cmd == "record":
-        record(args.out, args.max_tokens, args.k_max)
+        record(args.out, args.max_tokens, args.k_max, args.limit)
     else:
-        for p in (args.traces, args.bench):
+        if args.profile and args.loop_costs:
+            sys.exit("error: --loop-costs reads a bench's runs; a --profile gives its own costs")
+        for p in (args.traces,) if args.profile else (args.traces, args.bench):
             if not p.is_file():
                 sys.exit(f"error: {p} does not exist; record traces first, or pass --bench FILE")
-        simulate(args.traces, args.bench, args.noise, args.seeds, tuple(Policy.parse(p) for p in args.policies),
-                 loop_costs=args.loop_costs)
+        simulate(args.traces, None if args.profile else args.bench, args.noise, args.seeds,
+                 tuple(Policy.parse(p) for p in args.policies), loop_costs=args.loop_costs, profile=args.profile)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -96,3 +97,55 @@ def test_the_default_replays_lookups_continuation_of_full_model_drafts() -> None
     assert extended and all(0 < e <= 4 and d > e for d, e, _ in extended)  # d - e: the model's own K
     assert (12, 4, 12) in extended  # K = 8, all 4 of the continuation appended and kept
     assert any(a > d - e for d, e, a in extended)  # continuation tokens kept: the reply is the prompt's
+
+
+PROFILE = {"name": "test", "target_step_ms": 5.0, "verify_ms": {"1": 5.0, "3": 6.0, "9": 12.0}, "draft_step_ms": 2.0,
+           "draft_first_extra_ms": 0.5, "python_round_ms": 0.1, "python_draft_ms": 0.05, "python_controller_ms": 0.3}
+
+
+def test_a_cost_profile_prices_rounds_as_stated(tmp_path) -> None:
+    c = trace_sim.Costs.from_profile(PROFILE)
+    # rows are K + 1: 1 row the target step, 3 rows K = 2, 9 rows K = 8; linear between, and past
+    # the last point along the last two points' line (1 ms a row)
+    assert [c.verify_s(k) * 1e3 for k in (0, 1, 2, 5, 8, 10)] == pytest.approx([5.0, 5.5, 6.0, 9.0, 12.0, 14.0])
+    assert (c.a, c.b, c.f) == pytest.approx((0.005, 0.002, 0.0025))
+    assert c.python_s(0) * 1e3 == pytest.approx(0.1)
+    assert c.python_s(4, controlled=True) * 1e3 == pytest.approx(0.1 + 4 * 0.05 + 0.3)
+    # fixed K = 8 over 40 tokens (no controller: no controller's Python): 4 rounds of 8 drafts all
+    # kept, then K = 2; each round a verify of K + 1 rows, the draft's first call and K - 1 steps
+    seconds = trace_sim.simulate_prompt(_trace(40, 8), trace_sim.Policy("fixed", 8), None, c, random.Random(0), 0.0)
+    round8 = 12.0 + (0.1 + 8 * 0.05) + (2.5 + 7 * 2.0)
+    round2 = 6.0 + (0.1 + 2 * 0.05) + (2.5 + 1 * 2.0)
+    assert seconds * 1e3 == pytest.approx(4 * round8 + round2)
+    # the same numbers from a file, JSON or TOML
+    (tmp_path / "p.json").write_text(json.dumps(PROFILE))
+    (tmp_path / "p.toml").write_text('target_step_ms = 5.0\ndraft_step_ms = 2.0\ndraft_first_extra_ms = 0.5\n'
+                                     'python_round_ms = 0.1\npython_draft_ms = 0.05\npython_controller_ms = 0.3\n'
+                                     '[verify_ms]\n1 = 5.0\n3 = 6.0\n9 = 12.0\n')
+    for f in ("p.json", "p.toml"):
+        d = trace_sim.Costs.from_profile(trace_sim.load_profile(str(tmp_path / f)))
+        assert (d.verify_s(5), d.f, d.python_s(2, controlled=True)) == pytest.approx((c.verify_s(5), c.f, c.python_s(2, controlled=True)))
+
+
+def test_the_built_in_profiles_hold_their_stated_numbers() -> None:
+    h200 = trace_sim.Costs.from_profile(trace_sim.load_profile("h200-135m"))
+    assert (h200.a, h200.verify_s(8), h200.b, h200.f) == pytest.approx((0.00421, 0.0117, 0.004, 0.004))
+    gpu = trace_sim.Costs.from_profile(trace_sim.load_profile("rtx3090-8b"))
+    # n rows cost n / (llama-bench's t/s at micro-batch n): 1 row 155.02 t/s, 4 rows 468.95, 8 rows 570.67
+    assert [gpu.verify_s(k) for k in (0, 3, 7)] == pytest.approx([1 / 155.02, 4 / 468.95, 8 / 570.67], rel=1e-3)
+    assert gpu.b == pytest.approx(1 / 762.37, rel=1e-2)
+
+
+def test_the_regime_table_compares_the_default_with_its_best_rival() -> None:
+    policies = (DEFAULT8, trace_sim.Policy("always", 8), trace_sim.Policy("fixed", 4))
+    traces = {"a": {"set": "tuned"}, "b": {"set": "tuned"}, "c": {"set": "heldout"}}
+    sp = {(DEFAULT8, "a"): [1.2, 1.2, 1.0, 1.0], (DEFAULT8, "b"): [1.4, 1.4, 1.4, 1.4], (DEFAULT8, "c"): [0.9] * 4,
+          (policies[1], "a"): [1.5] * 4, (policies[1], "b"): [1.5] * 4, (policies[1], "c"): [0.8] * 4,
+          (policies[2], "a"): [1.1] * 4, (policies[2], "b"): [1.1] * 4, (policies[2], "c"): [0.7] * 4}
+    tuned, heldout = trace_sim.regime_rows(traces, sp, policies, seeds=2)
+    assert tuned["best"] == "always<=8" and tuned["best_speedup"] == pytest.approx(1.5)
+    assert tuned["speedup"] == pytest.approx(1.25)  # median over prompts of each prompt's median: 1.1 and 1.4
+    assert (tuned["ratio"], tuned["ratio_low"], tuned["ratio_high"]) == pytest.approx((1.25 / 1.5, 1.2 / 1.5, 1.3 / 1.5))
+    assert not tuned["holds"]
+    # nothing beats the target alone: the reference is 1.0
+    assert heldout["best"] == "target alone" and heldout["ratio"] == pytest.approx(0.9) and not heldout["holds"]
