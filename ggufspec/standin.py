@@ -117,8 +117,9 @@ def widen(*, src: Path, dst: Path, n_layer: int, n_ff: int, name: str) -> Path:
         writer.add_key_value(field.name, value, field.types[0], sub_type=sub)
     writer.add_uint32("ggufspec.stand_in.base_block_count", old_layers)
     writer.add_uint32("ggufspec.stand_in.base_feed_forward_length", old_ff)
-    for tname, shape, qtype, _ in plan:
-        writer.add_tensor_info(tname, tuple(reversed(shape)), np.dtype(np.float32), _nbytes(shape, qtype, tname),
+    sizes = [_nbytes(shape, qtype, tname) for tname, shape, qtype, _ in plan]
+    for (tname, shape, qtype, _), size in zip(plan, sizes):
+        writer.add_tensor_info(tname, tuple(reversed(shape)), np.dtype(np.float32), size,
                                raw_dtype=gguf.GGMLQuantizationType(qtype))
 
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -131,8 +132,7 @@ def widen(*, src: Path, dst: Path, n_layer: int, n_ff: int, name: str) -> Path:
         out.flush()
         start = _pad(out.tell(), writer.data_alignment)
         offset = 0
-        for tname, shape, qtype, source in plan:
-            size = _nbytes(shape, qtype, tname)
+        for (_, shape, _, source), size in zip(plan, sizes):
             if source is not None:
                 _write_tensor(out, at=start + offset, source=source, shape=shape, nbytes=size)
             offset += _pad(size, writer.data_alignment)
@@ -147,22 +147,15 @@ def widen(*, src: Path, dst: Path, n_layer: int, n_ff: int, name: str) -> Path:
 def _write_tensor(out, *, at: int, source, shape: tuple[int, ...], nbytes: int) -> None:
     """Write a source tensor's bytes at `at` in the widened shape; the zeros stay holes."""
     data = np.asarray(source.data).view(np.uint8)
-    old_shape = tuple(int(n) for n in source.shape)
-    if shape == old_shape:
+    if shape[0] == int(source.shape[0]):  # rows of the same length (appended, if any, after them)
         out.seek(at)
         out.write(data.tobytes())
         return
-    rows = int(np.prod(old_shape[1:]))
-    old_row = data.size // rows
-    if shape[0] == old_shape[0]:  # rows appended: the old rows first, then zeros
-        out.seek(at)
-        out.write(data.tobytes())
-        return
+    rows = int(np.prod([int(n) for n in source.shape[1:]]))
     new_row = nbytes // rows  # each row gains zero blocks at its end
-    block = data.reshape(rows, old_row)
-    for r in range(rows):
+    for r, row in enumerate(data.reshape(rows, data.size // rows)):
         out.seek(at + r * new_row)
-        out.write(block[r].tobytes())
+        out.write(row.tobytes())
 
 
 def _nbytes(shape: tuple[int, ...], qtype: int, name: str) -> int:
