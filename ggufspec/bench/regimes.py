@@ -99,14 +99,14 @@ def regime_rows(regime: Regime, summary: Mapping[str, Any] | None, *, note: str 
     rows = []
     for name, sub in parts:
         cell = (sub.get("default_vs_best") or {}).get("all") or {}
-        low = sub.get("speedup_interval") or (None, None)
+        interval = sub.get("speedup_interval") or (None, None)
         by = {c["name"]: c for c in sub.get("configs", [])}
         d = by.get(sub.get("default_config") or "", {})
         mpt = d.get("ms_per_token") or {}
         rows.append({
             "regime": regime.name, "label": regime.label, "set": name, "prompts": len(sub.get("prompts", [])),
             "target_tps": (by.get("target alone") or {}).get("tps"),
-            "speedup": sub.get("speedup"), "speedup_low": low[0], "speedup_high": low[1],
+            "speedup": sub.get("speedup"), "speedup_low": interval[0], "speedup_high": interval[1],
             "best": cell.get("reference"), "best_speedup": cell.get("reference_speedup"),
             "ratio": cell.get("ratio"), "ratio_low": cell.get("ratio_low"), "ratio_high": cell.get("ratio_high"),
             "accept_rate": d.get("accept_rate"),

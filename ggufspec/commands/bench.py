@@ -180,22 +180,12 @@ def run(args: argparse.Namespace) -> int:
 
     # ---- run, with a progress bar on stderr ---------------------------------------------------
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     err = Console(stderr=True, highlight=False)
     if plan.native_bin is None and native:
         err.print(f"[yellow]llama.cpp native peers not found in {bench.native_dir()}: "
                   "run scripts/build_native.sh once to measure against them[/]")
-    with Progress(
-        TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True,
-    ) as bar:
-        task = bar.add_task("bench", total=bench.count_runs(plan))
-
-        def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, description=label[:60].ljust(60), completed=done, total=total)
-
-        result = bench.run_bench(plan, progress=progress)
+    result = _run_with_bar(plan, console=err)
     files = bench.write_outputs(result, out, plots=not args.no_plots)
 
     s = result.summary
@@ -211,10 +201,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_with_bar(plan, *, console, prefix: str = ""):
+    """`bench.run_bench(plan)` with a transient progress bar on `console` (stderr)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from ggufspec import bench
+
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("bench", total=bench.count_runs(plan))
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, description=f"{prefix}{label}"[:60].ljust(60), completed=done, total=total)
+
+        return bench.run_bench(plan, progress=progress)
+
+
 def _regimes(args: argparse.Namespace, prompts: list, repeats: int, *, k_values: list[int]) -> int:
     """`--regimes`: one lockstep bench per cost regime into --out/REGIME, then regimes.md/json."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ggufspec import bench
     from ggufspec.bench.machine import machine_info
@@ -235,11 +240,7 @@ def _regimes(args: argparse.Namespace, prompts: list, repeats: int, *, k_values:
             continue
         plan = regime_plan(regime, prompts=prompts, k_values=k_values, draft_max=args.draft_max, repeats=repeats,
                            max_tokens=args.max_tokens, n_ctx=args.ctx, n_threads=args.threads, seed=args.seed)
-        with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err, transient=True) as bar:
-            task = bar.add_task(regime.name, total=bench.count_runs(plan))
-            result = bench.run_bench(plan, progress=lambda label, done, total: bar.update(
-                task, description=f"{regime.name}: {label}"[:60].ljust(60), completed=done, total=total))
+        result = _run_with_bar(plan, console=err, prefix=f"{regime.name}: ")
         bench.write_outputs(result, out / regime.name, plots=not args.no_plots)
         rows += regime_rows(regime, result.summary)
         err.print(f"regime {regime.name}: speedup {result.summary.get('speedup') or 0:.2f}x "
