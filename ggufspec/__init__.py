@@ -31,34 +31,34 @@ _EXPORTS: dict[str, str] = {
     "load_pair": "ggufspec.runtime",
     "SpeculativePair": "ggufspec.runtime",
     "PAIR_DRAFTERS": "ggufspec.runtime",
-    "DraftController": "ggufspec.control",
-    "ControlSettings": "ggufspec.control",
+    "DraftController": "ggufspec.loop.control",
+    "ControlSettings": "ggufspec.loop.control",
     "PairSettings": "ggufspec.settings",
     "ContextSettings": "ggufspec.settings",
     "ModelSettings": "ggufspec.settings",
     "LookupSettings": "ggufspec.settings",
-    "SamplingSettings": "ggufspec.sampling",
-    "SpeculativeSettings": "ggufspec.engine",
-    "DraftLengthSettings": "ggufspec.drafters",
-    "AcceptRule": "ggufspec.acceptance",
-    "Variant": "ggufspec.acceptance",
-    "generate": "ggufspec.engine",
-    "Generation": "ggufspec.engine",
-    "Step": "ggufspec.engine",
-    "Source": "ggufspec.engine",
-    "RunStats": "ggufspec.stats",
+    "SamplingSettings": "ggufspec.loop.sampling",
+    "SpeculativeSettings": "ggufspec.loop.engine",
+    "DraftLengthSettings": "ggufspec.loop.drafters",
+    "AcceptRule": "ggufspec.loop.acceptance",
+    "Variant": "ggufspec.loop.acceptance",
+    "generate": "ggufspec.loop.engine",
+    "Generation": "ggufspec.loop.engine",
+    "Step": "ggufspec.loop.engine",
+    "Source": "ggufspec.loop.engine",
+    "RunStats": "ggufspec.loop.stats",
     "SessionInfo": "ggufspec.session",
-    "Target": "ggufspec.target",
-    "Drafter": "ggufspec.drafters",
-    "ModelDrafter": "ggufspec.drafters",
-    "LookupDrafter": "ggufspec.drafters",
-    "PairRefs": "ggufspec.resolve",
-    "resolve_pair_refs": "ggufspec.resolve",
+    "Target": "ggufspec.loop.target",
+    "Drafter": "ggufspec.loop.drafters",
+    "ModelDrafter": "ggufspec.loop.drafters",
+    "LookupDrafter": "ggufspec.loop.drafters",
+    "PairRefs": "ggufspec.models.resolve",
+    "resolve_pair_refs": "ggufspec.models.resolve",
     "plan_offload": "ggufspec.plan",
     "read_model_info": "ggufspec.ggufinfo",
     "UserError": "ggufspec.errors",
-    "Device": "ggufspec.devices",
-    "llama_devices": "ggufspec.devices",
+    "Device": "ggufspec.hardware",
+    "llama_devices": "ggufspec.hardware",
     "DeviceLayers": "ggufspec.plan.split",
     "compute_thread": "ggufspec.llama.compute",
 }
@@ -79,20 +79,20 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from ggufspec.acceptance import AcceptRule, Variant
-    from ggufspec.control import ControlSettings, DraftController
-    from ggufspec.drafters import DraftLengthSettings, Drafter, LookupDrafter, ModelDrafter
-    from ggufspec.engine import Generation, Source, SpeculativeSettings, Step, generate
-    from ggufspec.devices import Device, llama_devices
     from ggufspec.errors import UserError
-    from ggufspec.plan.split import DeviceLayers
-    from ggufspec.llama.compute import compute_thread
     from ggufspec.ggufinfo import read_model_info
+    from ggufspec.hardware import Device, llama_devices
+    from ggufspec.llama.compute import compute_thread
+    from ggufspec.loop.acceptance import AcceptRule, Variant
+    from ggufspec.loop.control import ControlSettings, DraftController
+    from ggufspec.loop.drafters import Drafter, DraftLengthSettings, LookupDrafter, ModelDrafter
+    from ggufspec.loop.engine import Generation, Source, SpeculativeSettings, Step, generate
+    from ggufspec.loop.sampling import SamplingSettings
+    from ggufspec.loop.stats import RunStats
+    from ggufspec.loop.target import Target
+    from ggufspec.models.resolve import PairRefs, resolve_pair_refs
     from ggufspec.plan import plan_offload
-    from ggufspec.resolve import PairRefs, resolve_pair_refs
+    from ggufspec.plan.split import DeviceLayers
     from ggufspec.runtime import PAIR_DRAFTERS, SpeculativePair, load_pair
-    from ggufspec.sampling import SamplingSettings
     from ggufspec.session import SessionInfo
     from ggufspec.settings import ContextSettings, LookupSettings, ModelSettings, PairSettings
-    from ggufspec.stats import RunStats
-    from ggufspec.target import Target

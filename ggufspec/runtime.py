@@ -8,7 +8,7 @@
 `draft` is a model reference, "lookup" (prompt lookup, no second model), a list of them (the
 controller picks which proposes each round), "none" (the target alone), or None: the embedded
 default draft model and lookup when no target is named either, else the target alone
-(ggufspec.resolve, the one resolver every command uses).
+(ggufspec.models.resolve, the one resolver every command uses).
 """
 
 from __future__ import annotations
@@ -19,20 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from ggufspec.chat import render_chat
-from ggufspec.control import DraftController
-from ggufspec.drafters import Drafter, LookupDrafter, ModelDrafter
-from ggufspec.engine import Generation, SpeculativeSettings, generate
 from ggufspec.errors import UserError
-from ggufspec.resolve import LOOKUP, resolve_pair_refs
-from ggufspec.sampling import SamplingSettings
+from ggufspec.loop.control import DraftController
+from ggufspec.loop.drafters import Drafter, LookupDrafter, ModelDrafter
+from ggufspec.loop.engine import Generation, SpeculativeSettings, generate
+from ggufspec.loop.sampling import SamplingSettings
+from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
+from ggufspec.models.template import render_chat
 from ggufspec.settings import ContextSettings, ModelSettings, PairSettings
 
 if TYPE_CHECKING:
     from ggufspec.ggufinfo import ModelInfo
-    from ggufspec.slots import Slot
     from ggufspec.llama.context import Context
     from ggufspec.llama.model import Model
+    from ggufspec.loop.parallel import Slot
     from ggufspec.plan.split import DeviceLayers
     from ggufspec.session import SessionInfo
 
@@ -42,7 +42,7 @@ PAIR_DRAFTERS: Sequence[Drafter] = object()  # type: ignore[assignment]
 
 def resolve_path(ref: str | Path, *, offline: bool = False) -> Path:
     """A model reference (local path, hub ref, embedded:NAME:QUANT) -> local GGUF path."""
-    from ggufspec.refs import resolve_model
+    from ggufspec.models.refs import resolve_model
 
     return resolve_model(str(ref), offline=offline).path
 
@@ -50,7 +50,7 @@ def resolve_path(ref: str | Path, *, offline: bool = False) -> Path:
 def check_vocab(target: Path, draft: Path) -> None:
     """Refuse an incompatible pair before loading anything (llama.cpp's rule)."""
     from ggufspec.ggufinfo import read_vocab
-    from ggufspec.vocab import compare_vocab
+    from ggufspec.models.vocab import compare_vocab
 
     verdict = compare_vocab(target=read_vocab(target), draft=read_vocab(draft))
     if verdict.status == "incompatible":
@@ -79,7 +79,7 @@ def _offload(target: Path, draft: Path | None, settings: PairSettings, *,
     t_kw: dict = {"n_gpu_layers": 0 if tl == "auto" else _layer_count(tl)}
     d_kw: dict = {"n_gpu_layers": 0 if dl == "auto" else _layer_count(dl)}
     if "auto" in (tl, dl):
-        from ggufspec.devices import offload_devices
+        from ggufspec.hardware import offload_devices
 
         gpus = offload_devices()  # llama.cpp's own: RPC workers, then GPUs
         if gpus:
@@ -118,8 +118,8 @@ def _add_workers(settings: PairSettings) -> None:
 
 
 def _shares_kv(target_info: ModelInfo, info: ModelInfo, settings: PairSettings) -> bool:
-    """Does this draft take the target's KV cache (--draft-kv auto, ggufspec.kvshare)?"""
-    from ggufspec.kvshare import shared_kv_refusal
+    """Does this draft take the target's KV cache (--draft-kv auto, ggufspec.loop.kvshare)?"""
+    from ggufspec.loop.kvshare import shared_kv_refusal
 
     return settings.draft_kv == "auto" and shared_kv_refusal(target_info, info) is None
 
@@ -220,7 +220,7 @@ class SpeculativePair:
 
     def _add_model_drafter(self, path: Path, info: ModelInfo, draft_load: ModelSettings) -> Drafter:
         """Load a draft model already checked against the target (file and vocabulary). One that
-        is the target's network takes the target's KV cache (--draft-kv auto, ggufspec.kvshare),
+        is the target's network takes the target's KV cache (--draft-kv auto, ggufspec.loop.kvshare),
         so its cache has the target's type; another's numerics never reach the output, and it
         keeps the faster f16 cache."""
         from ggufspec.llama.context import Context
@@ -337,13 +337,13 @@ class SpeculativePair:
         return load_pair_session(self, path)
 
     def slots(self) -> list[Slot]:
-        """The pair's `settings.parallel` slots (ggufspec.slots), built once: slot 0 is the pair's
+        """The pair's `settings.parallel` slots (ggufspec.loop.parallel), built once: slot 0 is the pair's
         own target context and drafters; slot i > 0 has sequence i of every context and its own
         drafters (same names). Requests that draft by policy (alone) share the pair's controller;
         always_draft ones use their slot's own. One generation per slot at a time."""
         if self._slots is not None:
             return self._slots
-        from ggufspec.slots import Activity, Slot
+        from ggufspec.loop.parallel import Activity, Slot
 
         n = self.settings.parallel
         multi = getattr(self.target_ctx, "multi", None)
@@ -448,11 +448,11 @@ def load_pair(
     Raises:
         UserError: missing/invalid files, an incompatible vocabulary, a context that cannot be made.
     """
-    from ggufspec.exactness import auto_cache_type, greedy_exactness
     from ggufspec.ggufinfo import read_model_info
     from ggufspec.llama.context import Context
     from ggufspec.llama.lib import batch_invariant_kernels
     from ggufspec.llama.model import Model
+    from ggufspec.loop.exactness import auto_cache_type, greedy_exactness
 
     refs = resolve_pair_refs(target=target, draft=draft)
     target_path = resolve_path(refs.target, offline=settings.offline)
@@ -467,7 +467,7 @@ def load_pair(
             check_vocab(target_path, path)
 
     target_load, draft_load = _offload(target_path, draft_path, settings)
-    from ggufspec.devices import offload_devices
+    from ggufspec.hardware import offload_devices
     from ggufspec.llama.lib import gpu_offload_supported
 
     # free memory before loading: llama.cpp's default split (none: everything on the CPU)

@@ -30,13 +30,13 @@ FlashAttn = Literal["auto", "on", "off"]
 # --ngl: a layer count, "all" (every layer, llama.cpp's -1 / 999) or "auto" (the planner's choice)
 Layers = int | Literal["auto", "all"]
 # --draft-kv: "auto" = a draft model that is the target's network takes the target's KV cache
-# (ggufspec.kvshare); "own" = every draft model computes its own
+# (ggufspec.loop.kvshare); "own" = every draft model computes its own
 DraftKV = Literal["auto", "own"]
 
 
 def check_threads(n: int) -> None:
     """Refuse a --threads below 1 or above the CPUs this process can use (`devices.usable_cpus`)."""
-    from ggufspec.devices import usable_cpus
+    from ggufspec.hardware import usable_cpus
 
     most = usable_cpus()
     if not 1 <= n <= most:

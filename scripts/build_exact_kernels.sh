@@ -10,7 +10,7 @@
 # it off. About a minute on 2 cores. Two variants (KERNELS=...):
 #   tinyblas  every batch size, one row included, through llamafile's tinyBLAS (its "only for
 #             prompt processing" gate removed in a patched copy of sgemm.cpp, but for the types
-#             already batch-invariant (Q8_0/Q4_0/Q4_1: ggufspec.exactness), faster one row at a
+#             already batch-invariant (Q8_0/Q4_0/Q4_1: ggufspec.loop.exactness), faster one row at a
 #             time through ggml). The default on
 #             x86-64, where tinyBLAS has no batch-size gate of its own. On the 2-core AVX2 EPYC:
 #             one-row F32 decode 19.4-20.2 ms (ggml 19.2-19.5), 9 rows 46 ms (55), prefill 2.35
@@ -62,10 +62,10 @@ gate = "    // only enable sgemm for prompt processing\n#if !defined(__MMA__)\n 
 if text.count(gate) != 1:
     sys.exit(f"error: {src} does not hold llamafile's one-row gate as expected; build with KERNELS=ggml")
 # Every batch size, one row included, but for the weight types the stock kernels already compute
-# batch-invariantly (ggufspec.exactness, measured: ggml's one-row dot sums them in tinyBLAS's
+# batch-invariantly (ggufspec.loop.exactness, measured: ggml's one-row dot sums them in tinyBLAS's
 # order): they keep llama.cpp's gate, faster (the Q4_1 draft with its Q8_0 output matrix: 6.8 ms a
 # step against 8.6 through tinyBLAS; tinyBLAS has no Q4_1 case at all)
-from ggufspec.exactness import STOCK_BATCH_INVARIANT_TYPES
+from ggufspec.loop.exactness import STOCK_BATCH_INVARIANT_TYPES
 kept = " || ".join(f"Atype == GGML_TYPE_{t}" for t in sorted(STOCK_BATCH_INVARIANT_TYPES))
 ours = ("    // ggufspec: every batch size, one row included, so a row's logits do not depend on its batch;\n"
         "    // types whose one-row dots sum in tinyBLAS's order keep the gate (faster)\n"

@@ -20,7 +20,13 @@ Measured:
   prompts: chat 1.011 [0.995-1.027], maths 1.009, summaries 1.043 [0.996-1.094], code 0.993, long
   0.984 (the per-prompt spread of one pass is +-3-8%).
 """
-import collections, json, math, random, statistics as st, sys, time
+import collections
+import json
+import math
+import random
+import statistics as st
+import sys
+import time
 
 
 def report(path: str) -> None:
@@ -39,8 +45,8 @@ def report(path: str) -> None:
 
 def _settings(pairs: list[str]):
     """(ControlSettings, DraftLengthSettings) from KEY=VAL pairs naming fields of either."""
-    from ggufspec.control import ControlSettings
-    from ggufspec.drafters import DraftLengthSettings
+    from ggufspec.loop.control import ControlSettings
+    from ggufspec.loop.drafters import DraftLengthSettings
 
     fields = {f: (ControlSettings, type(getattr(ControlSettings(), f))) for f in ControlSettings.__dataclass_fields__}
     fields.update({f: (DraftLengthSettings, type(getattr(DraftLengthSettings(), f)))
@@ -75,11 +81,11 @@ def main() -> None:
 
     from ggufspec.bench.lockstep import interleave
     from ggufspec.bench.prompts import load_prompts
-    from ggufspec.control import DraftController
-    from ggufspec.drafters import DraftLengthSettings
-    from ggufspec.engine import SpeculativeSettings, generate
+    from ggufspec.loop.control import DraftController
+    from ggufspec.loop.drafters import DraftLengthSettings
+    from ggufspec.loop.engine import SpeculativeSettings, generate
+    from ggufspec.loop.sampling import SamplingSettings
     from ggufspec.runtime import load_pair
-    from ggufspec.sampling import SamplingSettings
     from ggufspec.settings import ContextSettings, PairSettings
 
     cats = args.categories.split(",") if args.categories else None

@@ -21,10 +21,16 @@ import json
 import random
 import statistics as st
 
-from ggufspec import (ContextSettings, DraftLengthSettings, PairSettings, SamplingSettings, SpeculativeSettings,
-                      load_pair)
+from ggufspec import (
+    ContextSettings,
+    DraftLengthSettings,
+    PairSettings,
+    SamplingSettings,
+    SpeculativeSettings,
+    load_pair,
+)
 from ggufspec.bench.prompts import load_prompts
-from ggufspec.control import DraftController
+from ggufspec.loop.control import DraftController
 
 
 def _interval(xs: list[float]) -> str:

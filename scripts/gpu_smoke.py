@@ -112,7 +112,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     model = args.model
     if model is None:
-        from ggufspec.embedded import resolve_embedded
+        from ggufspec.models.embedded import resolve_embedded
 
         model = resolve_embedded("smollm2", "Q4_1")
     if not model.is_file():

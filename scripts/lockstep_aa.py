@@ -27,7 +27,7 @@ import time
 from ggufspec import ContextSettings, PairSettings, SamplingSettings, load_pair
 from ggufspec.bench.lockstep import interleave
 from ggufspec.bench.prompts import load_prompts
-from ggufspec.engine import generate
+from ggufspec.loop.engine import generate
 
 
 def main() -> None:

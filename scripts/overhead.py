@@ -1,4 +1,4 @@
-"""Our per-round overhead: the real loop (`ggufspec.engine.generate`, what `SpeculativePair.generate`
+"""Our per-round overhead: the real loop (`ggufspec.loop.engine.generate`, what `SpeculativePair.generate`
 and every command run) on fake models that cost nothing, timed with the wall clock.
 
 Issue 40 asks for "our per-round overhead (Python, the controller, copies of logits; not
@@ -9,7 +9,7 @@ real logits; the next token is a function of the last two tokens and the positio
 repeats in places, so prompt lookup finds matches), the draft's the target's with ~13% of
 positions changed. Their own seconds (every call into them timed) are taken off.
 
-The draft controller judges costs by `ggufspec.clock`, which is pointed at a simulated clock the
+The draft controller judges costs by `ggufspec.loop.clock`, which is pointed at a simulated clock the
 fake models advance by modelled costs, so it decides as it would on a machine of those costs
 (`--regime`): `pays` (the 2-core EPYC's: a 33.9 ms target step, 9 rows 57.7 ms, 9.8 ms a draft
 step: it drafts most rounds) or `h200` (the default pair on an H200: a 4.21 ms step, 9 rows
@@ -49,10 +49,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ggufspec import clock  # noqa: E402
-from ggufspec.control import DraftController  # noqa: E402
-from ggufspec.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter  # noqa: E402
-from ggufspec.engine import SpeculativeSettings, generate  # noqa: E402
+from ggufspec.loop import clock  # noqa: E402
+from ggufspec.loop.control import DraftController  # noqa: E402
+from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter  # noqa: E402
+from ggufspec.loop.engine import SpeculativeSettings, generate  # noqa: E402
 
 N_VOCAB = 49152  # SmolLM2's: each row the loop reads is this long
 ALPHABET = 300  # distinct tokens the fake text uses

@@ -15,9 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ggufspec.llama.measure import measure_contexts
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import read_model_info
+from ggufspec.llama.measure import measure_contexts
 from ggufspec.plan import estimate_memory
 from ggufspec.settings import ContextSettings
 
@@ -35,7 +35,7 @@ MIB = 2**20
 
 
 def default_models() -> list[tuple[str, Path]]:
-    from ggufspec.embedded import resolve_embedded
+    from ggufspec.models.embedded import resolve_embedded
 
     models = [(f"SmolLM2 135M {q}", resolve_embedded("smollm2", q)) for q in ("F32", "F16", "Q8_0", "Q4_1", "Q4_0", "Q2_K")]
     try:

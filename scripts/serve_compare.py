@@ -71,7 +71,7 @@ def _free_port() -> int:
 
 
 def _files(args) -> tuple[Path, Path]:
-    from ggufspec.resolve import resolve_pair_refs
+    from ggufspec.models.resolve import resolve_pair_refs
     from ggufspec.runtime import resolve_path
 
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
@@ -206,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     from ggufspec.bench.machine import load_now, machine_info
     from ggufspec.bench.prompts import load_prompts
-    from ggufspec.exactness import auto_cache_type
     from ggufspec.ggufinfo import read_model_info
+    from ggufspec.loop.exactness import auto_cache_type
 
     if args.repeats < 1 or min(args.clients) < 1 or min(args.tokens) < 1:
         raise UserError("--repeats, --clients and --tokens must be >= 1")

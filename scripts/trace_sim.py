@@ -50,8 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ggufspec.control import Candidate, Choice, DraftController, Scored
-from ggufspec.drafters import LookupDrafter, common_prefix, top_probability
+from ggufspec.loop.control import Candidate, Choice, DraftController, Scored
+from ggufspec.loop.drafters import LookupDrafter, common_prefix, top_probability
 from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX
 
 MODEL = "model"
@@ -123,7 +123,7 @@ def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0) -> No
     write()
 
 
-FIRST_CALL_S = 0.0049  # the draft's first call imports the target's cache (ggufspec.drafters.Draft.first_s)
+FIRST_CALL_S = 0.0049  # the draft's first call imports the target's cache (ggufspec.loop.drafters.Draft.first_s)
 
 
 class Costs:

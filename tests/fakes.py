@@ -70,7 +70,7 @@ def ngram_lm(*, n_vocab: int, seed: int, order: int = 2, peak: float = 3.0, nois
 
 @dataclass
 class FakeModel:
-    """A fake context implementing ggufspec.target.Target."""
+    """A fake context implementing ggufspec.loop.target.Target."""
 
     lm: LM
     vocab: FakeVocab

@@ -17,12 +17,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from fakes import assert_follows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from fakes import assert_follows
-from ggufspec.acceptance import (
+from ggufspec.errors import UserError
+from ggufspec.loop.acceptance import (
     AcceptRule,
     Variant,
     accept_greedy,
@@ -31,7 +32,6 @@ from ggufspec.acceptance import (
     acceptance_probability,
     residual,
 )
-from ggufspec.errors import UserError
 
 
 class Tables:

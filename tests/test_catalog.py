@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from ggufspec import catalog, embedded
 from ggufspec.errors import UserError
-from ggufspec.refs import EmbeddedRef, HubRef, parse_ref
+from ggufspec.models import catalog, embedded
+from ggufspec.models.refs import EmbeddedRef, HubRef, parse_ref
 
 PAIRS = catalog.load_pairs()
 BY_NAME = {p.name: p for p in PAIRS}
@@ -21,7 +21,7 @@ def test_catalog_has_the_pairs_people_use() -> None:
         assert name in BY_NAME
     assert any(p.name.endswith("-32b") for p in PAIRS)  # a 30B+ target
     assert len(PAIRS) >= 7
-    assert catalog.models_dir() == Path(catalog.__file__).resolve().parent / "pairs"  # package data
+    assert catalog.models_dir() == Path(catalog.__file__).resolve().parent.parent / "pairs"  # package data
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: p.name)

@@ -8,7 +8,7 @@ history the same on both sides (the same script with no draft; a live process ag
 one), so it checks the console and the drafts, not whether a prefix reused from the cache decodes
 bit-identically to a cold prefill (the engine's tests, and the server's, check that). The
 conversations stay under 256 tokens, where the tiny target's f16 KV cache is batch-invariant
-(ggufspec.exactness).
+(ggufspec.loop.exactness).
 """
 
 from __future__ import annotations

@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hub_server import HubFiles, HubServer, fake_hub, hub_files, sha256_of  # noqa: F401  (fixtures)
 
 import ggufspec.ggufinfo
-import ggufspec.vocab
+import ggufspec.models.vocab
 from ggufspec.cli import main
-from hub_server import HubFiles, HubServer, sha256_of
-from hub_server import fake_hub, hub_files  # noqa: F401  (fixtures)
 
 REPO = "acme/tiny-GGUF"
 
@@ -131,14 +130,14 @@ def tiny_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d = tmp_path / "models"
     d.mkdir()
     (d / "tiny.toml").write_text(f'title = "Tiny"\ntarget = "{REPO}:Q8_0"\ndraft = "{REPO}:Q4_K_M"\ncontext = 512\n')
-    import ggufspec.catalog
+    import ggufspec.models.catalog
 
-    monkeypatch.setattr(ggufspec.catalog, "models_dir", lambda: d)
+    monkeypatch.setattr(ggufspec.models.catalog, "models_dir", lambda: d)
     return d
 
 
 class FakeVocab:
-    """Stand-ins for ggufspec.ggufinfo.read_vocab and ggufspec.vocab.compare_vocab that record calls."""
+    """Stand-ins for ggufspec.ggufinfo.read_vocab and ggufspec.models.vocab.compare_vocab that record calls."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
@@ -158,7 +157,7 @@ class FakeVocab:
 def fake_vocab(monkeypatch: pytest.MonkeyPatch) -> FakeVocab:
     fake = FakeVocab()
     monkeypatch.setattr(ggufspec.ggufinfo, "read_vocab", fake.read_vocab)
-    monkeypatch.setattr(ggufspec.vocab, "compare_vocab", fake.compare_vocab)
+    monkeypatch.setattr(ggufspec.models.vocab, "compare_vocab", fake.compare_vocab)
     return fake
 
 
@@ -196,7 +195,7 @@ def test_pull_pair_with_the_real_vocabulary_checker(fake_hub: HubServer, hub_fil
 
 
 def test_pairs_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
-    from ggufspec.catalog import load_pairs
+    from ggufspec.models.catalog import load_pairs
 
     names = [p.name for p in load_pairs()]
     code, out, _ = run_cli(["pairs"], capsys)

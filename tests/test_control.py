@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from ggufspec.control import SYNCED, Candidate, Choice, ControlSettings, DraftController, Scored
+from ggufspec.loop.control import SYNCED, Candidate, Choice, ControlSettings, DraftController, Scored
 
 SETTLE = 40  # rounds to settle on the best source
 FOLLOW = 60  # rounds to follow a change of costs

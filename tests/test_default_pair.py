@@ -13,9 +13,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from ggufspec.drafters import DraftLengthSettings, LookupDrafter
-from ggufspec.embedded import exact_target_quant
-from ggufspec.engine import SpeculativeSettings
+from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter
+from ggufspec.loop.engine import SpeculativeSettings
+from ggufspec.models.embedded import exact_target_quant
 from ggufspec.runtime import load_pair
 from ggufspec.settings import ContextSettings, PairSettings
 
@@ -84,7 +84,7 @@ def test_greedy_identical_to_the_target_alone_on_20_prompts(default_pair) -> Non
 
 
 def test_the_draft_takes_the_target_cache_and_with_own_decodes_it_itself(default_pair) -> None:
-    # the Q4_1 draft is the F32 target's network: it imports the target's KV cache (ggufspec.kvshare)
+    # the Q4_1 draft is the F32 target's network: it imports the target's KV cache (ggufspec.loop.kvshare)
     pair = default_pair
     drafter = pair.drafters[0]
     assert drafter.kv_source is pair.target_ctx
@@ -140,11 +140,11 @@ def test_cli_runs_a_catalog_pair_by_name() -> None:
 def test_q8_0_cache_makes_verify_rows_bit_identical_past_256_tokens() -> None:
     # llama.cpp's CPU flash attention splits a one-row decode's KV sum per thread once an f16
     # cache holds 256+ tokens; the default (auto) q8_0 cache keeps one path for every batch shape
+    from ggufspec.ggufinfo import read_model_info
     from ggufspec.llama.context import Context
     from ggufspec.llama.model import Model
-    from ggufspec.embedded import default_pair_paths
-    from ggufspec.exactness import auto_cache_type
-    from ggufspec.ggufinfo import read_model_info
+    from ggufspec.loop.exactness import auto_cache_type
+    from ggufspec.models.embedded import default_pair_paths
 
     target = default_pair_paths()[0]
     assert auto_cache_type(read_model_info(target), on_gpu=False) == "q8_0"
@@ -192,7 +192,7 @@ def test_concurrent_slots_identical_to_the_target_alone(default_pair, always_dra
     alone (the exact kernels: a row's logits do not depend on the rows beside it)."""
     import threading
 
-    from ggufspec.sampling import SamplingSettings
+    from ggufspec.loop.sampling import SamplingSettings
 
     prompts = [default_pair.encode(messages=[{"role": "user", "content": c}]) for c in CHAT[2:6]]
     want = [default_pair.generate(prompt_tokens=p, max_tokens=24, drafters=(), cache_prompt=False).run().tokens

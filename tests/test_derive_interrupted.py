@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ggufspec import embedded
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import read_model_info
+from ggufspec.models import embedded
 
 # Registers a tiny model as `embedded:tiny:F32` and makes llama.cpp's quantizer slow: it writes its
 # temp file, then does not return for a minute, like a big model being re-encoded.
@@ -22,7 +22,7 @@ import sys, time
 from pathlib import Path
 import ggufspec.llama.lib  # first, as everywhere (kernels overlay)
 import llama_cpp
-from ggufspec import embedded
+from ggufspec.models import embedded
 from ggufspec.errors import UserError
 
 src = Path(sys.argv[1])

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ggufspec import devices
-from ggufspec.devices import GiB, MiB, format_bytes, parse_size, parse_sizes
+from ggufspec import hardware
 from ggufspec.errors import UserError
+from ggufspec.hardware import GiB, MiB, format_bytes, parse_size, parse_sizes
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,7 @@ def no_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 def test_nvml(monkeypatch: pytest.MonkeyPatch, no_smi: Path) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([("RTX 3090", 24 * GiB, 23 * GiB), ("RTX 3060", 12 * GiB, 11 * GiB)]))
-    gpus = devices.detect_gpus(sysfs=no_smi)
+    gpus = hardware.detect_gpus(sysfs=no_smi)
     assert [(g.index, g.name, g.total_bytes, g.free_bytes, g.source) for g in gpus] == [
         (0, "RTX 3090", 24 * GiB, 23 * GiB, "nvml"), (1, "RTX 3060", 12 * GiB, 11 * GiB, "nvml")]
 
@@ -100,16 +100,16 @@ def test_nvml(monkeypatch: pytest.MonkeyPatch, no_smi: Path) -> None:
 def test_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch, no_smi: Path) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([("A", 8 * GiB, 8 * GiB), ("B", 4 * GiB, 4 * GiB)]))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    assert [(g.index, g.name) for g in devices.detect_gpus(sysfs=no_smi)] == [(0, "B")]
+    assert [(g.index, g.name) for g in hardware.detect_gpus(sysfs=no_smi)] == [(0, "B")]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert devices.detect_gpus(sysfs=no_smi) == ()
+    assert hardware.detect_gpus(sysfs=no_smi) == ()
 
 
 def test_no_nvml_library_or_driver_means_no_gpu(monkeypatch: pytest.MonkeyPatch, no_smi: Path) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
-    assert devices.detect_gpus(sysfs=no_smi) == ()
+    assert hardware.detect_gpus(sysfs=no_smi) == ()
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([], fail_init=True))
-    assert devices.detect_gpus(sysfs=no_smi) == ()
+    assert hardware.detect_gpus(sysfs=no_smi) == ()
 
 
 def test_nvidia_smi_fallback(monkeypatch: pytest.MonkeyPatch, no_smi: Path, tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ def test_nvidia_smi_fallback(monkeypatch: pytest.MonkeyPatch, no_smi: Path, tmp_
     smi = tmp_path / "bin" / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho '0, NVIDIA GeForce RTX 4090, 24564, 23000'\necho '1, Tesla T4, 15360, 15000'\n")
     smi.chmod(0o755)
-    gpus = devices.detect_gpus(sysfs=no_smi)
+    gpus = hardware.detect_gpus(sysfs=no_smi)
     assert [(g.name, g.total_bytes, g.free_bytes, g.source) for g in gpus] == [
         ("NVIDIA GeForce RTX 4090", 24564 * MiB, 23000 * MiB, "nvidia-smi"),
         ("Tesla T4", 15360 * MiB, 15000 * MiB, "nvidia-smi")]
@@ -128,7 +128,7 @@ def test_nvidia_smi_failing(monkeypatch: pytest.MonkeyPatch, no_smi: Path, tmp_p
     smi = tmp_path / "bin" / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
     smi.chmod(0o755)
-    assert devices.detect_gpus(sysfs=no_smi) == ()
+    assert hardware.detect_gpus(sysfs=no_smi) == ()
 
 
 def test_amd_sysfs(monkeypatch: pytest.MonkeyPatch, no_smi: Path) -> None:
@@ -141,25 +141,25 @@ def test_amd_sysfs(monkeypatch: pytest.MonkeyPatch, no_smi: Path) -> None:
         if name:
             (dev / "product_name").write_text(name + "\n")
     (no_smi / "class" / "drm" / "card2" / "device").mkdir(parents=True)  # an Intel card: no VRAM files
-    gpus = devices.detect_gpus(sysfs=no_smi)
+    gpus = hardware.detect_gpus(sysfs=no_smi)
     assert [(g.index, g.name, g.total_bytes, g.free_bytes, g.vendor) for g in gpus] == [
         (0, "AMD GPU (card0)", 8 * GiB, 7 * GiB, "amd"), (1, "AMD Radeon RX 7800 XT", 16 * GiB, 14 * GiB, "amd")]
 
 
 def test_budget_replaces_detection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml([("real", 80 * GiB, 80 * GiB)]))
-    info = devices.system_info(vram=(12 * GiB, 8 * GiB))
+    info = hardware.system_info(vram=(12 * GiB, 8 * GiB))
     assert [(g.index, g.free_bytes, g.source) for g in info.gpus] == [(0, 12 * GiB, "budget"), (1, 8 * GiB, "budget")]
-    assert devices.system_info(vram=(0,)).gpus == ()
+    assert hardware.system_info(vram=(0,)).gpus == ()
     assert info.ram_total_bytes > 0 and info.ram_available_bytes > 0
     assert 1 <= info.physical_cores <= info.logical_cores
 
 
 def test_physical_cores() -> None:
-    n = devices.physical_cores()
+    n = hardware.physical_cores()
     assert 1 <= n <= (os.cpu_count() or 1)
 
 
 def test_this_machine_does_not_crash() -> None:
-    info = devices.system_info()
+    info = hardware.system_info()
     assert all(g.free_bytes <= g.total_bytes for g in info.gpus)

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from ggufspec.acceptance import AcceptRule, Variant
-from ggufspec.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter
-from ggufspec.engine import SpeculativeSettings, Source
 from ggufspec.errors import UserError
+from ggufspec.loop.acceptance import AcceptRule, Variant
+from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter
+from ggufspec.loop.engine import Source, SpeculativeSettings
+from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.runtime import SpeculativePair, load_pair
 from ggufspec.settings import ContextSettings, PairSettings
-from ggufspec.sampling import SamplingSettings
 
 PROMPTS: list[tuple[str, str]] = [
     ("chat", "Hi! Can you tell me a joke about cats?"),
@@ -146,7 +146,7 @@ def test_utf8_is_never_split(tiny_bytes_target_q8) -> None:
     # incomplete characters back and never emit U+FFFD for valid text.
     with _open(tiny_bytes_target_q8, None) as p:
         model = p.target_model
-        from ggufspec.text import Detokenizer
+        from ggufspec.loop.text import Detokenizer
 
         text = "héllo wörld, 日本語 ✓"
         ids = model.tokenize(text, add_special=False)
@@ -258,9 +258,9 @@ def test_greedy_equals_llama_cpp_pythons_own_loop(tiny_target_q8, tiny_draft_q8)
     # KV cache type and flash attention; our target alone and our speculative loop must both match it
     import llama_cpp
 
-    from ggufspec.exactness import auto_cache_type
     from ggufspec.ggufinfo import read_model_info
     from ggufspec.llama.lib import high_level_repack
+    from ggufspec.loop.exactness import auto_cache_type
 
     cache = {"q8_0": llama_cpp.GGML_TYPE_Q8_0, "f16": llama_cpp.GGML_TYPE_F16}[
         auto_cache_type(read_model_info(tiny_target_q8), on_gpu=False)]
@@ -295,7 +295,7 @@ def test_forks_generate_beside_the_pair_without_touching_its_caches(tiny_target_
     runs them), give what each gives alone; the pair's cache holds only its own generation; a
     draft that takes the target's KV cache (the target as its own draft does) takes the fork's."""
     from ggufspec.bench.lockstep import interleave
-    from ggufspec.engine import generate
+    from ggufspec.loop.engine import generate
 
     pair = _open(tiny_target_q8, tiny_target_q8 if own_draft else tiny_draft_q8)
     try:

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hub_server import HubFiles, HubServer, fake_hub, go_offline, hub_files, sha256_of  # noqa: F401  (fixtures)
 
 from ggufspec import hub
 from ggufspec.errors import UserError
-from ggufspec.refs import resolve_model
-from hub_server import HubFiles, HubServer, go_offline, sha256_of
-from hub_server import fake_hub, hub_files  # noqa: F401  (fixtures)
+from ggufspec.models.refs import resolve_model
 
 REPO = "acme/SmolLM2-135M-Instruct-GGUF"
 

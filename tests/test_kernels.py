@@ -17,7 +17,7 @@ from ggufspec.llama import kernels
 from ggufspec.llama.context import Context
 from ggufspec.llama.lib import batch_invariant_kernels
 from ggufspec.llama.model import Model
-from ggufspec.embedded import exact_target_quant, resolve_embedded
+from ggufspec.models.embedded import exact_target_quant, resolve_embedded
 from ggufspec.settings import ContextSettings
 
 INSTALLED_LIB = kernels.installed_lib_dir()
@@ -136,7 +136,7 @@ def test_every_weight_type_the_overlay_claims_is_batch_invariant(quant: str) -> 
 
 def test_greedy_exactness_names_what_breaks_it(tiny_target: Path, tiny_target_q8: Path) -> None:
     from ggufspec.ggufinfo import read_model_info
-    from ggufspec.exactness import greedy_exactness
+    from ggufspec.loop.exactness import greedy_exactness
 
     f32, q8 = read_model_info(tiny_target), read_model_info(tiny_target_q8)
     assert f32.file_type in ("F32", "F16")

@@ -1,4 +1,4 @@
-"""A draft model that takes the target's KV cache (ggufspec.kvshare): when it may, when it pays,
+"""A draft model that takes the target's KV cache (ggufspec.loop.kvshare): when it may, when it pays,
 and that the loop stays exact with it: on fakes (the loop, sampling) and on real tiny models."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from fakes import FakeClock, FakeModel, FakeVocab, assert_follows, greedy_reference, letters_vocab, ngram_lm
-from ggufspec import clock
-from ggufspec.acceptance import AcceptRule
-from ggufspec.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter, common_prefix
-from ggufspec.engine import SpeculativeSettings, generate
-from ggufspec.ggufinfo import read_model_info
-from ggufspec.kvshare import IMPORT_TOKENS_PER_ROW, import_pays, shared_kv_refusal
-from ggufspec.sampling import SamplingSettings
 from tiny_models import write_tiny_llama
+
+from ggufspec.ggufinfo import read_model_info
+from ggufspec.loop import clock
+from ggufspec.loop.acceptance import AcceptRule
+from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter, common_prefix
+from ggufspec.loop.engine import SpeculativeSettings, generate
+from ggufspec.loop.kvshare import IMPORT_TOKENS_PER_ROW, import_pays, shared_kv_refusal
+from ggufspec.loop.sampling import SamplingSettings
 
 V = 40
 VOCAB = letters_vocab(V)
@@ -128,7 +128,7 @@ def test_sampled_sequences_with_an_importing_draft_follow_the_target_alone(rule:
     sampling_kw = {"temperature": 0.8, "top_p": 0.95}
     prompt = [1, 2, 0]
     exact: dict[tuple, float] = {(): 1.0}
-    from ggufspec.sampling import probabilities
+    from ggufspec.loop.sampling import probabilities
 
     for _ in range(n_tokens):  # the target alone's distribution over sequences, enumerated
         nxt: dict[tuple, float] = {}
@@ -150,7 +150,7 @@ def test_sampled_sequences_with_an_importing_draft_follow_the_target_alone(rule:
 
 
 def test_a_draft_reports_its_first_call_apart_from_the_one_row_calls_after_it(fake_clock: FakeClock) -> None:
-    # The controller prices K drafts at f + K b (ggufspec.control): a round's first call decodes
+    # The controller prices K drafts at f + K b (ggufspec.loop.control): a round's first call decodes
     # what the last round left (2 rows after a full accept) and, sharing the target's cache, the
     # import; the calls after it decode one row each
     target, draft = _pair(0, fake_clock=fake_clock)

@@ -72,10 +72,10 @@ def test_only_ggufspec_llama_imports_llama_cpp_at_module_level() -> None:
 
 def test_kernels_and_paths_load_neither_llama_cpp_nor_embedded() -> None:
     # the kernels must be chosen before llama_cpp loads, and the cache location no longer comes
-    # from ggufspec.embedded (which imports the backend): no import circle
+    # from ggufspec.models.embedded (which imports the backend): no import circle
     out = _child(
         "import sys; from ggufspec.llama import kernels; kernels.overlay_dir(); kernels.current_overlay(); "
-        "print(sorted(m for m in ('llama_cpp', 'ggufspec.embedded', 'ggufspec.backend') if m in sys.modules))"
+        "print(sorted(m for m in ('llama_cpp', 'ggufspec.models.embedded', 'ggufspec.backend') if m in sys.modules))"
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -17,7 +17,7 @@ class FakeClock:
 
 def _gen(clock: FakeClock, name: str, log: list[str], rounds: list[tuple[float, int]]) -> Iterator[int]:
     """A generation whose rounds each cost `seconds` and yield `tokens` tokens (the work is done
-    before the round's first token, as in ggufspec.engine); the last call costs `0.5`."""
+    before the round's first token, as in ggufspec.loop.engine); the last call costs `0.5`."""
     for seconds, tokens in rounds:
         clock.t += seconds
         for _ in range(tokens):

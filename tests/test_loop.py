@@ -13,15 +13,15 @@ from typing import Sequence
 
 import numpy as np
 import pytest
-
 from fakes import FakeClock, FakeModel, FakeVocab, assert_follows, greedy_reference, letters_vocab, ngram_lm
-from ggufspec import clock
-from ggufspec.acceptance import AcceptRule, Variant
-from ggufspec.drafters import Draft, DraftLengthSettings, LookupDrafter, ModelDrafter
-from ggufspec.engine import Generation, Source, SpeculativeSettings, generate
+
 from ggufspec.errors import UserError
-from ggufspec.control import Choice, DraftController
-from ggufspec.sampling import SamplingSettings, probabilities
+from ggufspec.loop import clock
+from ggufspec.loop.acceptance import AcceptRule, Variant
+from ggufspec.loop.control import Choice, DraftController
+from ggufspec.loop.drafters import Draft, DraftLengthSettings, LookupDrafter, ModelDrafter
+from ggufspec.loop.engine import Generation, Source, SpeculativeSettings, generate
+from ggufspec.loop.sampling import SamplingSettings, probabilities
 
 V = 40
 VOCAB = letters_vocab(V)
@@ -187,7 +187,7 @@ def test_a_cancelled_generation_leaves_the_next_one_exact() -> None:
     assert again.tokens == greedy_reference(target.lm, VOCAB, [3, 2, 1], max_tokens=30, n_ctx=256)
 
 
-# ---- the controller in the loop (ggufspec.control; its pure tests are in test_control.py) ------
+# ---- the controller in the loop (ggufspec.loop.control; its pure tests are in test_control.py) ------
 
 
 class ScriptedDrafter:

@@ -9,11 +9,11 @@ import threading
 import numpy as np
 import pytest
 
-from ggufspec.batcher import Request
-from ggufspec.embedded import exact_target_quant, resolve_embedded
 from ggufspec.llama.context import Context
 from ggufspec.llama.model import Model
 from ggufspec.llama.multi import MultiContext, _Chunk
+from ggufspec.loop.batcher import Request
+from ggufspec.models.embedded import exact_target_quant, resolve_embedded
 from ggufspec.settings import ContextSettings
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from script_module import load_script
 
-from ggufspec import clock
+from ggufspec.loop import clock
 
 overhead = load_script("overhead")
 

@@ -314,7 +314,7 @@ def test_smollm2_pair_on_simulated_gpus(smollm2_q4_1: Path) -> None:
 
 def test_plan_for_load(smollm2_q4_1: Path, tiny_target: Path) -> None:
     """What `run --ngl auto` calls: load arguments from files and detected GPUs."""
-    from ggufspec.devices import budget_gpus
+    from ggufspec.hardware import budget_gpus
     from ggufspec.plan import plan_for_load
 
     t, d = plan_for_load(target=smollm2_q4_1, draft=tiny_target, gpus=budget_gpus((8 * GiB, 2 * GiB)), context=f16_context(n_ctx=4096))

@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tiny_models import write_not_gguf, write_tiny_llama, write_truncated
 
-from ggufspec.llama.measure import MeasuredMemory, measure_contexts, measure_memory
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import read_model_info
+from ggufspec.llama.measure import MeasuredMemory, measure_contexts, measure_memory
 from ggufspec.plan import check_cache_types, estimate_memory, kv_cells
-from tiny_models import write_not_gguf, write_tiny_llama, write_truncated
 from ggufspec.settings import ContextSettings
 
 
@@ -61,7 +61,7 @@ def test_smollm2_q4_1(smollm2_q4_1: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("quant", ["F32", "F16", "Q8_0", "Q4_0", "Q2_K"])
 def test_smollm2_derived_quants(quant: str) -> None:
-    from ggufspec.embedded import resolve_embedded
+    from ggufspec.models.embedded import resolve_embedded
 
     check_model(resolve_embedded("smollm2", quant), f"SmolLM2 {quant}")
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ggufspec.errors import UserError
-from ggufspec.refs import EmbeddedRef, HubRef, LocalRef, ResolvedModel, parse_ref, resolve_model
+from ggufspec.models.refs import EmbeddedRef, HubRef, LocalRef, ResolvedModel, parse_ref, resolve_model
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -133,7 +133,7 @@ def test_resolve_missing_local_file_names_it(tmp_path: Path) -> None:
 
 
 def test_resolve_embedded_delegates(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import ggufspec.embedded
+    import ggufspec.models.embedded
 
     calls = []
 
@@ -141,7 +141,7 @@ def test_resolve_embedded_delegates(monkeypatch: pytest.MonkeyPatch, tmp_path: P
         calls.append((name, quant))
         return tmp_path / f"{name}.{quant}.gguf"
 
-    monkeypatch.setattr(ggufspec.embedded, "resolve_embedded", fake)
+    monkeypatch.setattr(ggufspec.models.embedded, "resolve_embedded", fake)
     resolved = resolve_model("embedded:smollm2:Q4_0")
     assert calls == [("smollm2", "Q4_0")]
     assert resolved.paths == (tmp_path / "smollm2.Q4_0.gguf",) and resolved.source == "embedded"

@@ -1,13 +1,13 @@
-"""One resolver for what a command means by --pair/--target/--draft (ggufspec.resolve)."""
+"""One resolver for what a command means by --pair/--target/--draft (ggufspec.models.resolve)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ggufspec.catalog import get_pair
-from ggufspec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
 from ggufspec.errors import UserError
-from ggufspec.resolve import LOOKUP, PairRefs, resolve_pair_refs
+from ggufspec.models.catalog import get_pair
+from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
+from ggufspec.models.resolve import LOOKUP, PairRefs, resolve_pair_refs
 
 
 def test_nothing_named_is_the_embedded_default_pair() -> None:

@@ -11,14 +11,14 @@ from typing import Sequence
 
 import numpy as np
 import pytest
+from fakes import FakeClock, FakeModel, FakeVocab, greedy_reference, letters_vocab, ngram_lm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fakes import FakeClock, FakeModel, FakeVocab, greedy_reference, letters_vocab, ngram_lm
-from ggufspec import clock
-from ggufspec.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter
-from ggufspec.engine import Generation, SpeculativeSettings, common_prefix, generate
 from ggufspec.errors import UserError
+from ggufspec.loop import clock
+from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter
+from ggufspec.loop.engine import Generation, SpeculativeSettings, common_prefix, generate
 
 V = 40
 VOCAB = letters_vocab(V)

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ggufspec.drafters import DraftLengthSettings, LookupDrafter
-from ggufspec.engine import SpeculativeSettings
+from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter
+from ggufspec.loop.engine import SpeculativeSettings
 from ggufspec.runtime import PAIR_DRAFTERS, SpeculativePair, load_pair
 from ggufspec.settings import ContextSettings, PairSettings
 
@@ -117,9 +117,9 @@ def test_a_failed_decode_leaves_the_cache_and_its_tokens_as_they_were(tiny_targe
 
 @pytest.mark.slow
 def test_default_pair_logits_after_a_reused_prefix_are_bit_identical() -> None:
-    from ggufspec.embedded import default_pair_paths
     from ggufspec.llama.context import Context
     from ggufspec.llama.model import Model
+    from ggufspec.models.embedded import default_pair_paths
 
     model = Model(default_pair_paths()[0])
     settings = ContextSettings(n_ctx=1024, cache_type_k="q8_0", cache_type_v="q8_0", n_threads=2)

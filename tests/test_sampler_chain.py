@@ -1,4 +1,4 @@
-"""Our sampling shape (ggufspec.sampling.probabilities) against llama.cpp's own sampler chain.
+"""Our sampling shape (ggufspec.loop.sampling.probabilities) against llama.cpp's own sampler chain.
 
 llama.cpp's common chain applies top-k -> top-p -> min-p -> temperature (temperature last: top-p
 and min-p see the distribution at temperature 1). A shape that applied the temperature first
@@ -14,7 +14,7 @@ import llama_cpp as llama
 import numpy as np
 import pytest
 
-from ggufspec.sampling import SamplingSettings, probabilities
+from ggufspec.loop.sampling import SamplingSettings, probabilities
 
 
 def llama_cpp_chain(logits: np.ndarray, s: SamplingSettings) -> np.ndarray:

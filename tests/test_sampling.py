@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from ggufspec.errors import UserError
-from ggufspec.sampling import SamplingSettings, probabilities, sample
+from ggufspec.loop.sampling import SamplingSettings, probabilities, sample
 
 logit_rows = arrays(np.float32, st.integers(2, 64), elements=st.floats(-20, 20, width=32))
 

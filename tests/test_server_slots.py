@@ -24,12 +24,13 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 
-from ggufspec.llama.compute import compute_thread  # noqa: E402
-from ggufspec.resolve import PairRefs  # noqa: E402
-from ggufspec.runtime import load_pair  # noqa: E402
-from ggufspec.settings import ContextSettings, PairSettings  # noqa: E402
-from ggufspec.server import adapter, create_app, open_pair  # noqa: E402
 from test_server import API_KEY, AUTH, CHATS, PROMPTS, Gate, _metric, _raw_post, _wait_until  # noqa: E402
+
+from ggufspec.llama.compute import compute_thread  # noqa: E402
+from ggufspec.models.resolve import PairRefs  # noqa: E402
+from ggufspec.runtime import load_pair  # noqa: E402
+from ggufspec.server import adapter, create_app, open_pair  # noqa: E402
+from ggufspec.settings import ContextSettings, PairSettings  # noqa: E402
 
 N_CTX = 1024
 SLOTS = 3

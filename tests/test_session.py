@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ggufspec.drafters import DraftLengthSettings
-from ggufspec.engine import SpeculativeSettings, common_prefix
 from ggufspec.errors import UserError
+from ggufspec.loop.drafters import DraftLengthSettings
+from ggufspec.loop.engine import SpeculativeSettings, common_prefix
 from ggufspec.runtime import SpeculativePair, load_pair
 from ggufspec.session import MAGIC, SessionInfo, fingerprint, read_session
 from ggufspec.settings import ContextSettings, PairSettings

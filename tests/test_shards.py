@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ggufspec import ggufinfo, hub, refs
+from ggufspec import ggufinfo, hub
 from ggufspec.errors import UserError
-from ggufspec.shards import local_shards, shard_names, split_info
+from ggufspec.models import refs
+from ggufspec.models.shards import local_shards, shard_names, split_info
 
 
 def test_split_info() -> None:

@@ -8,14 +8,14 @@ import time
 from typing import Sequence
 
 import pytest
-
 from fakes import FakeModel, greedy_reference, letters_vocab, ngram_lm
-from ggufspec.batcher import Batcher, Request
-from ggufspec.control import DraftController
-from ggufspec.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter
-from ggufspec.engine import SpeculativeSettings
-from ggufspec.sampling import SamplingSettings
-from ggufspec.slots import Activity, Slot, pick_slot
+
+from ggufspec.loop.batcher import Batcher, Request
+from ggufspec.loop.control import DraftController
+from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter
+from ggufspec.loop.engine import SpeculativeSettings
+from ggufspec.loop.parallel import Activity, Slot, pick_slot
+from ggufspec.loop.sampling import SamplingSettings
 
 V = 40
 VOCAB = letters_vocab(V)

@@ -1,4 +1,4 @@
-"""Cost stand-ins (ggufspec.standin): a model widened and extended with zero weights computes the
+"""Cost stand-ins (ggufspec.models.standin): a model widened and extended with zero weights computes the
 very same logits as the model it came from, and costs what its new shape costs."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_models import read_gguf_kv
 
 from ggufspec.errors import UserError
 from ggufspec.llama.context import Context
 from ggufspec.llama.model import Model
+from ggufspec.models.standin import STANDINS, widen
 from ggufspec.settings import ContextSettings
-from ggufspec.standin import STANDINS, widen
-from tiny_models import read_gguf_kv
 
 TEXT = "The printing press spread across Europe within decades, and books became cheap. " * 3
 

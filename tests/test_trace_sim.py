@@ -8,7 +8,7 @@ import random
 import pytest
 from script_module import load_script
 
-from ggufspec.control import DraftController
+from ggufspec.loop.control import DraftController
 
 trace_sim = load_script("trace_sim")
 

@@ -6,10 +6,10 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from tiny_models import write_tiny_llama
 
 from ggufspec.ggufinfo import VocabInfo, read_vocab
-from ggufspec.vocab import SPEC_VOCAB_MAX_SIZE_DIFFERENCE, compare_vocab
-from tiny_models import write_tiny_llama
+from ggufspec.models.vocab import SPEC_VOCAB_MAX_SIZE_DIFFERENCE, compare_vocab
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def _vocab(n: int = 300, **kw: object) -> VocabInfo:
 
 @pytest.mark.slow
 def test_smollm2_f32_vs_q4_0_identical() -> None:
-    from ggufspec.embedded import resolve_embedded
+    from ggufspec.models.embedded import resolve_embedded
 
     verdict = compare_vocab(target=read_vocab(resolve_embedded("smollm2", "F32")),
                             draft=read_vocab(resolve_embedded("smollm2", "Q4_0")))

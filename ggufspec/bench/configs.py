@@ -33,7 +33,7 @@ class Config:
 
     engine: "ggufspec" (ours), "native" (llama-speculative-simple), "llama-cpp-python",
     "transformers". draft == "none" is the target alone; labels joined by "+" ("Q4_1+lookup")
-    are several drafters under the controller (ggufspec.control).
+    are several drafters under the controller (ggufspec.loop.control).
     """
 
     name: str
@@ -126,7 +126,7 @@ def make_plan(
         UserError: bad K values, repeats, token counts.
     """
     from ggufspec.bench.peers import find_native  # peers imports this module
-    from ggufspec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
+    from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
 
     if repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {repeats}")
@@ -208,7 +208,7 @@ def draft_label(ref: str) -> str:
     if ref == LOOKUP:
         return LOOKUP
     if ref.startswith("embedded:"):
-        from ggufspec.embedded import resolve_quant
+        from ggufspec.models.embedded import resolve_quant
 
         return resolve_quant(ref.rsplit(":", 1)[-1])
     if ref.endswith(".gguf"):
@@ -226,7 +226,7 @@ def derive_quant_drafts(target: str, quants: Sequence[str]) -> list[DraftSpec]:
         UserError: an unknown quant, or a target that is not a local file or embedded model.
     """
     from ggufspec.llama.quantize import FTYPES, quantize
-    from ggufspec.embedded import cache_dir, parse_embedded
+    from ggufspec.models.embedded import cache_dir, parse_embedded
 
     out = []
     for q in quants:

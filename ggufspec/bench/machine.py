@@ -15,7 +15,7 @@ __all__ = ["load_now", "machine_info"]  # load_now lives in ggufspec.sysload (ru
 def machine_info(*, n_threads: int | None = None) -> dict:
     """CPU model, cores, RAM, GPUs, OS and the versions that matter."""
     from ggufspec.bench.peers import find_native
-    from ggufspec.devices import system_info
+    from ggufspec.hardware import system_info
 
     cpu = platform.processor() or platform.machine()
     try:

@@ -48,7 +48,7 @@ class Ours:
 
     def prompt_text(self, p: BenchPrompt) -> str:
         """The prompt as text, rendered with the target's chat template (for the native peer)."""
-        from ggufspec.chat import render_chat
+        from ggufspec.models.template import render_chat
 
         m = self.pair.target_model
         return render_chat(
@@ -59,11 +59,11 @@ class Ours:
     def start(self, cfg: Config, prompt: BenchPrompt, seed: int, *, fork: bool = False):
         """One generation, not yet run. fork: on the configuration's own contexts (made on its
         first use, `SpeculativePair.fork`), so that it can run beside the others (lockstep)."""
-        from ggufspec.acceptance import AcceptRule
-        from ggufspec.control import DraftController
-        from ggufspec.drafters import DraftLengthSettings
-        from ggufspec.engine import SpeculativeSettings, generate
-        from ggufspec.sampling import SamplingSettings
+        from ggufspec.loop.acceptance import AcceptRule
+        from ggufspec.loop.control import DraftController
+        from ggufspec.loop.drafters import DraftLengthSettings
+        from ggufspec.loop.engine import SpeculativeSettings, generate
+        from ggufspec.loop.sampling import SamplingSettings
 
         sampling = SamplingSettings(temperature=cfg.temperature, seed=seed)
         labels = [] if cfg.is_baseline else cfg.draft.split("+")  # "Q4_1+lookup": both
@@ -133,7 +133,7 @@ class Ours:
 
 def rejections(gen) -> int:
     """Rounds of a finished generation that rejected: each ends with the target's correction token."""
-    from ggufspec.engine import Source
+    from ggufspec.loop.engine import Source
 
     return sum(1 for s in gen.sources if s is Source.CORRECTION)
 

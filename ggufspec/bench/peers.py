@@ -29,7 +29,7 @@ def native_dir() -> Path:
     env = os.environ.get("GGUFSPEC_NATIVE_DIR")
     if env:
         return Path(env) / "bin"
-    from ggufspec.embedded import cache_dir
+    from ggufspec.models.embedded import cache_dir
 
     return cache_dir() / "native" / "bin"
 

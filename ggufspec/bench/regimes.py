@@ -26,8 +26,8 @@ from typing import Any, Mapping, Sequence
 
 from ggufspec.bench.configs import LOOKUP, BenchPlan, DraftSpec, draft_label, make_plan
 from ggufspec.bench.prompts import BenchPrompt
-from ggufspec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
 from ggufspec.errors import UserError
+from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
 
 __all__ = ["REGIMES", "STANDARD", "Regime", "parse_regimes", "regime_plan", "regime_rows", "regimes_markdown",
            "unavailable"]

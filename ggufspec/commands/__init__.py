@@ -22,7 +22,7 @@ def add_rpc_argument(group: argparse._ArgumentGroup) -> None:
 
 def add_draft_kv_argument(group: argparse._ArgumentGroup) -> None:
     """`--draft-kv auto|own`: whether a draft model that is the target's network takes the target's
-    KV cache instead of decoding the history itself (ggufspec.kvshare)."""
+    KV cache instead of decoding the history itself (ggufspec.loop.kvshare)."""
     group.add_argument(
         "--draft-kv", default="auto", choices=("auto", "own"), metavar="auto|own",
         help="auto (default): a draft model that is the target's network at another precision takes the "
@@ -32,7 +32,7 @@ def add_draft_kv_argument(group: argparse._ArgumentGroup) -> None:
 
 def add_model_arguments(group: argparse._ArgumentGroup, *, draft_help: str, repeatable_draft: bool = False) -> None:
     """`--target`, `--draft`, `--pair` and `--offline`, as every command that loads a pair names them
-    (ggufspec.resolve turns them into a target and its drafters)."""
+    (ggufspec.models.resolve turns them into a target and its drafters)."""
     group.add_argument("--target", metavar="REF", help="target model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
     if repeatable_draft:
         group.add_argument("--draft", metavar="REF", action="append", default=None, help=draft_help)
@@ -43,7 +43,7 @@ def add_model_arguments(group: argparse._ArgumentGroup, *, draft_help: str, repe
 
 
 def add_sampling_arguments(group: argparse._ArgumentGroup) -> None:
-    """`--temp`, `--top-k`, `--top-p`, `--min-p`, `--seed` (ggufspec.sampling.SamplingSettings)."""
+    """`--temp`, `--top-k`, `--top-p`, `--min-p`, `--seed` (ggufspec.loop.sampling.SamplingSettings)."""
     group.add_argument("--temp", type=float, default=0.0, metavar="T", help="temperature; 0 = greedy (default)")
     group.add_argument("--top-k", type=int, default=0, metavar="K", help="top-k (0 = off)")
     group.add_argument("--top-p", type=float, default=1.0, metavar="P", help="top-p in (0, 1] (1 = off)")

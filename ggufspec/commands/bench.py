@@ -109,8 +109,8 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from ggufspec import bench
-    from ggufspec.drafters import DraftLengthSettings
-    from ggufspec.resolve import LOOKUP, resolve_pair_refs
+    from ggufspec.loop.drafters import DraftLengthSettings
+    from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
 
     # ---- validate everything before loading anything ----------------------------------------
     k_values = _ints(args.sweep_k or ("2,4,8" if args.quick else "1,2,4,8"), "--sweep-k")
@@ -203,7 +203,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_with_bar(plan, *, console, prefix: str = ""):
     """`bench.run_bench(plan)` with a transient progress bar on `console` (stderr)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from ggufspec import bench
 
@@ -264,7 +271,7 @@ def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int) -> int:
     from rich.console import Console
 
     from ggufspec.bench.sweep import parse_ngl_list, run_sweep, write_sweep
-    from ggufspec.resolve import LOOKUP, resolve_pair_refs
+    from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
 
     if args.sweep_ngl is None:
         raise UserError("bench --rpc runs the partial-offload sweep; add --sweep-ngl, like --sweep-ngl 0,8,16,all")
@@ -292,7 +299,8 @@ def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int) -> int:
 def _print_table(console, result) -> None:
     from rich.table import Table
 
-    from ggufspec.bench.writers import fmt_figure as f, lowest_vs_best
+    from ggufspec.bench.writers import fmt_figure as f
+    from ggufspec.bench.writers import lowest_vs_best
 
     s = result.summary
 

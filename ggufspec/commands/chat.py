@@ -64,12 +64,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ggufspec.acceptance import AcceptRule
     from ggufspec.console import ChatSettings, Console, Conversation
     from ggufspec.console.lines import open_reader
-    from ggufspec.drafters import DraftLengthSettings
     from ggufspec.llama.lib import set_verbose
-    from ggufspec.resolve import resolve_pair_refs
+    from ggufspec.loop.acceptance import AcceptRule
+    from ggufspec.loop.drafters import DraftLengthSettings
+    from ggufspec.models.resolve import resolve_pair_refs
     from ggufspec.runtime import load_pair
 
     set_verbose(args.llama_log)

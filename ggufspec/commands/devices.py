@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ggufspec.devices import detect_gpus, format_bytes, llama_devices
+    from ggufspec.hardware import detect_gpus, format_bytes, llama_devices
 
     found = llama_devices(rpc=args.rpc)
     note = None

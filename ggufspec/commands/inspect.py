@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resolve_path(ref: str, *, offline: bool = False) -> Path:
     """The local GGUF file (first shard) of a model reference."""
-    from ggufspec.refs import resolve_model
+    from ggufspec.models.refs import resolve_model
 
     return Path(resolve_model(ref, offline=offline).path)
 
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from ggufspec.devices import format_bytes as fb
+    from ggufspec.hardware import format_bytes as fb
 
     def heads(values: tuple[int, ...]) -> str:
         return str(values[0]) if len(set(values)) == 1 else f"{min(values)}-{max(values)} (per layer)"

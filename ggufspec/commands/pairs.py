@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ggufspec.catalog import load_pairs
+    from ggufspec.models.catalog import load_pairs
 
     pairs = load_pairs()
     if args.json:
@@ -29,10 +29,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
 
+    from rich import box
     from rich.console import Console
     from rich.table import Table
-
-    from rich import box
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     table.add_column("pair", style="bold", no_wrap=True)
@@ -60,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # piped: do not fold references at 80 columns
         console = Console(soft_wrap=False, width=max(console.width, widest + 70))
     console.print(table)
-    from ggufspec.standin import STANDINS
+    from ggufspec.models.standin import STANDINS
 
     for p in pairs:
         stand_in = STANDINS.get(p.target.split(":")[1]) if p.target.startswith("embedded:") else None

@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _pair_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
     from ggufspec.commands.inspect import resolve_path
-    from ggufspec.resolve import LOOKUP, resolve_pair_refs
+    from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
 
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
     target = resolve_path(refs.target, offline=args.offline)
@@ -58,7 +58,7 @@ def _pair_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
 def _with_workers(rpc: str, gpus: tuple[Any, ...], vram: tuple[int, ...] | None) -> tuple[Any, ...]:
     """RPC workers (asked through llama.cpp) before the GPUs, re-indexed in llama.cpp's model order;
     `--vram` sizes replace the reported free memory, workers first."""
-    from ggufspec.devices import llama_devices
+    from ggufspec.hardware import llama_devices
     from ggufspec.plan import GpuBudget
 
     workers = [d for d in llama_devices(rpc=rpc) if d.kind == "rpc"]
@@ -77,15 +77,15 @@ def _pct(estimate: int, measured: int) -> float | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ggufspec import devices
+    from ggufspec import hardware
     from ggufspec.ggufinfo import read_model_info, read_vocab
+    from ggufspec.models.vocab import compare_vocab
     from ggufspec.plan import GpuBudget, estimate_memory, plan_offload
     from ggufspec.settings import ContextSettings
-    from ggufspec.vocab import compare_vocab
 
     # validate every option before touching a model
-    vram = devices.parse_sizes(args.vram) if args.vram is not None else None
-    margin = devices.parse_size(args.margin)
+    vram = hardware.parse_sizes(args.vram) if args.vram is not None else None
+    margin = hardware.parse_size(args.margin)
     context = ContextSettings(n_ctx=args.ctx, cache_type_k=args.cache_type, cache_type_v=args.cache_type)
 
     target_path, draft_path = _pair_paths(args)
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     draft = read_model_info(draft_path) if draft_path is not None else None
     verdict = compare_vocab(target=read_vocab(target_path), draft=read_vocab(draft_path)) if draft_path else None
 
-    system = devices.system_info(vram=vram if not args.rpc else None)
+    system = hardware.system_info(vram=vram if not args.rpc else None)
     budgets = GpuBudget.from_gpus(system.gpus)
     if args.rpc:
         budgets = _with_workers(args.rpc, budgets, vram)
@@ -187,7 +187,7 @@ def _print(plan: Any, target: Any, draft: Any, system: Any, verdict: Any, measur
     from rich.markup import escape
     from rich.table import Table
 
-    from ggufspec.devices import format_bytes as fb
+    from ggufspec.hardware import format_bytes as fb
 
     console = Console(highlight=False)
     if not console.is_terminal:  # piped: do not wrap at 80 columns

@@ -42,14 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ggufspec.hub import sha256_file
-    from ggufspec.refs import resolve_model
+    from ggufspec.models.refs import resolve_model
 
     if bool(args.refs) == bool(args.pair):
         raise UserError("give model references or --pair NAME (one of the two); see `ggufspec pull --help`")
     pair = None
     refs: list[str] = list(args.refs)
     if args.pair:
-        from ggufspec.catalog import get_pair
+        from ggufspec.models.catalog import get_pair
 
         pair = get_pair(args.pair)
         refs = [pair.target, pair.draft]
@@ -100,9 +100,9 @@ def _human(n: int) -> str:
 
 
 def _vocab_check(target: Path, draft: Path) -> dict[str, Any]:
-    """The vocabulary verdict (``ggufspec.vocab``) as a dict."""
-    from ggufspec import ggufinfo, vocab
-
+    """The vocabulary verdict (``ggufspec.models.vocab``) as a dict."""
+    from ggufspec import ggufinfo
+    from ggufspec.models import vocab
     verdict = vocab.compare_vocab(target=ggufinfo.read_vocab(target), draft=ggufinfo.read_vocab(draft))
     return {
         "status": getattr(verdict, "status", None),

@@ -27,8 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ggufspec.devices import physical_cores
     from ggufspec.errors import UserError
+    from ggufspec.hardware import physical_cores
     from ggufspec.rpc import is_loopback
     from ggufspec.settings import check_threads
 

@@ -26,7 +26,11 @@ import json
 import sys
 
 from ggufspec.commands import (
-    add_draft_kv_argument, add_model_arguments, add_rpc_argument, add_sampling_arguments, pair_settings,
+    add_draft_kv_argument,
+    add_model_arguments,
+    add_rpc_argument,
+    add_sampling_arguments,
+    pair_settings,
 )
 from ggufspec.errors import UserError
 from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX
@@ -82,14 +86,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ggufspec.acceptance import AcceptRule, Variant
-    from ggufspec.drafters import DraftLengthSettings
-    from ggufspec.engine import SpeculativeSettings
-    from ggufspec.resolve import resolve_pair_refs
-    from ggufspec.runtime import load_pair
-    from ggufspec.sampling import SamplingSettings
-
     from ggufspec.llama.lib import set_verbose
+    from ggufspec.loop.acceptance import AcceptRule, Variant
+    from ggufspec.loop.drafters import DraftLengthSettings
+    from ggufspec.loop.engine import SpeculativeSettings
+    from ggufspec.loop.sampling import SamplingSettings
+    from ggufspec.models.resolve import resolve_pair_refs
+    from ggufspec.runtime import load_pair
 
     set_verbose(args.llama_log)
     # Validate every setting before loading anything.
@@ -189,7 +192,7 @@ _DRAFT_STYLES = ("green", "cyan", "magenta", "yellow")  # accepted drafts, one c
 
 
 def _stream(gen, *, colour: bool, drafters: list[str]) -> None:
-    from ggufspec.engine import Source
+    from ggufspec.loop.engine import Source
 
     styles = {Source.DRAFT: "green", Source.CORRECTION: "red", Source.BONUS: "blue", Source.TARGET: "default"}
     by_drafter = {name: _DRAFT_STYLES[i % len(_DRAFT_STYLES)] for i, name in enumerate(drafters)}

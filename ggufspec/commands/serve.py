@@ -93,15 +93,14 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
     except ImportError as exc:
         raise UserError(f"ggufspec serve needs {exc.name}: pip install 'ggufspec[server]'") from None
-    from ggufspec.drafters import DraftLengthSettings
-    from ggufspec.resolve import resolve_pair_refs
+    from ggufspec.llama.compute import compute_thread
+    from ggufspec.llama.lib import set_verbose
+    from ggufspec.loop.drafters import DraftLengthSettings
+    from ggufspec.models.resolve import resolve_pair_refs
     from ggufspec.server import create_app, open_pair
     from ggufspec.server.adapter import describe
     from ggufspec.server.shutdown import DrainingServer
     from ggufspec.settings import ContextSettings, PairSettings
-
-    from ggufspec.llama.compute import compute_thread
-    from ggufspec.llama.lib import set_verbose
 
     set_verbose(args.llama_log)
     if not 0 <= args.port <= 65535:

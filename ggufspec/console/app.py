@@ -21,9 +21,9 @@ from ggufspec.console import library
 from ggufspec.console.conversation import Conversation, fit
 from ggufspec.console.lines import PROMPT, LineReader
 from ggufspec.console.settings import ChatSettings, Command, help_text, parse_command
-from ggufspec.engine import Source
 from ggufspec.errors import UserError
-from ggufspec.stats import RunStats
+from ggufspec.loop.engine import Source
+from ggufspec.loop.stats import RunStats
 
 STYLES = {Source.DRAFT: "green", Source.CORRECTION: "red", Source.BONUS: "blue", Source.TARGET: "default"}
 SESSION_FORMAT = "ggufspec-chat/1"

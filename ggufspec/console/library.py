@@ -8,8 +8,8 @@ from typing import Any
 
 from ggufspec.console.conversation import Message
 from ggufspec.console.settings import ChatSettings
-from ggufspec.drafters import Drafter
-from ggufspec.engine import Generation
+from ggufspec.loop.drafters import Drafter
+from ggufspec.loop.engine import Generation
 from ggufspec.runtime import SpeculativePair
 
 Pair = SpeculativePair

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ggufspec.acceptance import AcceptRule
-from ggufspec.drafters import DraftLengthSettings
-from ggufspec.engine import SpeculativeSettings
 from ggufspec.errors import UserError
-from ggufspec.sampling import SamplingSettings
+from ggufspec.loop.acceptance import AcceptRule
+from ggufspec.loop.drafters import DraftLengthSettings
+from ggufspec.loop.engine import SpeculativeSettings
+from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.settings import DRAFT_MAX, DRAFT_MAX_LIMIT
 
 

@@ -24,8 +24,7 @@ import numpy as np
 from gguf import GGUF_MAGIC, GGUFValueType
 
 from ggufspec.errors import UserError
-from ggufspec.shards import local_shards
-
+from ggufspec.models.shards import local_shards
 
 _SCALARS: dict[int, str] = {
     GGUFValueType.UINT8: "<B",

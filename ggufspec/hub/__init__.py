@@ -29,7 +29,7 @@ from ggufspec.hub.download import HubModel, fetch, sha256_file
 from ggufspec.hub.listing import RepoFile, RepoListing, list_repo
 from ggufspec.hub.names import check_repo_id, check_revision
 from ggufspec.hub.quants import DEFAULT_QUANTS, QuantFiles, available_quants, gguf_quant_files, pick_quant_files
-from ggufspec.shards import split_info
+from ggufspec.models.shards import split_info
 
 __all__ = [
     "DEFAULT_QUANTS",

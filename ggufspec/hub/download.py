@@ -16,10 +16,10 @@ from pathlib import Path
 
 from ggufspec.errors import UserError
 from ggufspec.hub.env import _COMMIT, _offline
-from ggufspec.hub.errors import _user_error
+from ggufspec.hub.failures import _user_error
 from ggufspec.hub.listing import RepoListing, list_repo
 from ggufspec.hub.quants import QuantFiles, _complete, gguf_quant_files, pick_quant_files
-from ggufspec.shards import split_info
+from ggufspec.models.shards import split_info
 
 
 @dataclass(frozen=True)

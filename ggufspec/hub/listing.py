@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ggufspec.errors import UserError
 from ggufspec.hub.env import _COMMIT, _SHA256, _endpoint, _offline, _storage_folder
-from ggufspec.hub.errors import _is_unreachable, _reason, _user_error
+from ggufspec.hub.failures import _is_unreachable, _reason, _user_error
 from ggufspec.hub.names import check_repo_id, check_revision
 
 log = logging.getLogger(__name__)

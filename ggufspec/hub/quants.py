@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ggufspec.errors import UserError
-from ggufspec.shards import split_info
+from ggufspec.models.shards import split_info
 
 #: Tried in order when a ref names no quant and the repo holds several models (llama.cpp's order).
 DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")

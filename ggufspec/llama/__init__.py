@@ -5,5 +5,5 @@ itself, process set-up, llama.cpp's log, Ctrl-C during C calls), `model` (weight
 tokenizer), `context` (KV cache, batch decode, logits),
 `quantize` (llama.cpp's quantizer) and `measure` (what a model and context take, as llama.cpp
 reports it). Importing this package imports nothing heavy; `lib` loads llama.cpp. Incremental
-detokenizing needs no llama.cpp: it is `ggufspec.text.Detokenizer` over `Model.token_bytes`.
+detokenizing needs no llama.cpp: it is `ggufspec.loop.text.Detokenizer` over `Model.token_bytes`.
 """

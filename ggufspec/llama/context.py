@@ -7,8 +7,8 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from ggufspec.devices import physical_cores
 from ggufspec.errors import UserError
+from ggufspec.hardware import physical_cores
 from ggufspec.llama import lib, stall
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model

@@ -14,7 +14,7 @@ token in a batch of 5, SmolLM2-135M F32, 880 tokens of context (measured). Two o
   speculation on the 2-core AVX2 EPYC: 9 rows 46 ms against 55, a prefill 2.35 ms a token
   against 3.55, one row 19.4-20.2 ms against 19.2-19.5 (an AVX-512 host measured that one 10-15%
   slower). The types stock kernels already compute batch-invariantly (Q8_0/Q4_0/Q4_1,
-  `ggufspec.exactness.STOCK_BATCH_INVARIANT_TYPES`) keep the gate (revision 2): there ggml's
+  `ggufspec.loop.exactness.STOCK_BATCH_INVARIANT_TYPES`) keep the gate (revision 2): there ggml's
   one-row dot sums in tinyBLAS's order (0.0, as on the stock build) and is faster: the default Q4_1 draft, whose output matrix
   is Q8_0, steps in 6.8 ms against 8.6 with tinyBLAS for its one row (measured, alternated);
 * "ggml": built with GGML_LLAMAFILE=OFF, every batch size takes ggml's dot products: 0.0 for F32,

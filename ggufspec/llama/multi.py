@@ -31,12 +31,12 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from ggufspec.batcher import Batcher, Request
 from ggufspec.errors import UserError
 from ggufspec.llama import lib, stall
 from ggufspec.llama.context import context_params
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model
+from ggufspec.loop.batcher import Batcher, Request
 from ggufspec.settings import ContextSettings
 
 LogitsMode = Literal["last", "all", "none"]

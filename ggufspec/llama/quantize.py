@@ -6,8 +6,8 @@ import ctypes
 import os
 from pathlib import Path
 
-from ggufspec.devices import physical_cores
 from ggufspec.errors import UserError
+from ggufspec.hardware import physical_cores
 from ggufspec.llama import lib
 from ggufspec.llama.lib import HeldInterrupt, llama
 

@@ -15,7 +15,7 @@ from ggufspec.settings import ContextSettings
 
 
 def _fmt(n: int) -> str:
-    from ggufspec.devices import format_bytes
+    from ggufspec.hardware import format_bytes
 
     return format_bytes(n)
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from ggufspec.devices import format_bytes
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import ModelInfo
+from ggufspec.hardware import format_bytes
 from ggufspec.plan.memory import KV_PAD, compute_bytes, layer_kv_bytes
 from ggufspec.settings import ContextSettings
 

@@ -345,7 +345,7 @@ def plan_offload(
     """
     if margin_bytes < 0:
         raise UserError("the GPU margin must not be negative; give a size like 1GiB or 0")
-    from ggufspec.exactness import auto_cache_type
+    from ggufspec.loop.exactness import auto_cache_type
 
     # "auto" as load_pair resolves it: the target's cache q8_0 on the CPU, f16 on a GPU; the
     # draft's f16 (its numerics never reach the output)

@@ -10,17 +10,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ggufspec.acceptance import AcceptRule
-from ggufspec.drafters import DraftLengthSettings
-from ggufspec.engine import Generation, SpeculativeSettings
 from ggufspec.errors import UserError
-from ggufspec.resolve import PairRefs
+from ggufspec.loop.acceptance import AcceptRule
+from ggufspec.loop.drafters import DraftLengthSettings
+from ggufspec.loop.engine import Generation, SpeculativeSettings
+from ggufspec.loop.parallel import Slot
+from ggufspec.loop.sampling import SamplingSettings
+from ggufspec.models.resolve import PairRefs
 from ggufspec.runtime import SpeculativePair, load_pair
-from ggufspec.sampling import SamplingSettings
-from ggufspec.settings import PairSettings
-from ggufspec.server.errors import invalid
+from ggufspec.server.error_bodies import invalid
 from ggufspec.server.schemas import Params
-from ggufspec.slots import Slot
+from ggufspec.settings import PairSettings
 
 #: The loaded target/draft pair the server serves (the rest of the package names it through here).
 Pair = SpeculativePair

@@ -19,11 +19,11 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ggufspec.drafters import DraftLengthSettings
 from ggufspec.errors import UserError
+from ggufspec.loop.drafters import DraftLengthSettings
 from ggufspec.server import adapter, drafting, page, schemas
 from ggufspec.server.delivery import ClientGone, JobStream, collect, sse_events
-from ggufspec.server.errors import APIError, invalid, outcome
+from ggufspec.server.error_bodies import APIError, invalid, outcome
 from ggufspec.server.metrics import Metrics
 from ggufspec.server.responses import Reply
 from ggufspec.server.slots import SlotWorker

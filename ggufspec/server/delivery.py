@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Callable
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from ggufspec.server.errors import outcome
+from ggufspec.server.error_bodies import outcome
 from ggufspec.server.marks import Mark, extension
 from ggufspec.server.responses import Reply, finish_reason, sse
 from ggufspec.server.worker import Job

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ggufspec.engine import Source, Step
-from ggufspec.resolve import LOOKUP
-
+from ggufspec.loop.engine import Source, Step
+from ggufspec.models.resolve import LOOKUP
 
 
 @dataclass(frozen=True, kw_only=True)

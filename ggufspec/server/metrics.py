@@ -10,8 +10,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily
 
 if TYPE_CHECKING:
-    from ggufspec.batcher import Batcher
-    from ggufspec.stats import RunStats
+    from ggufspec.loop.batcher import Batcher
+    from ggufspec.loop.stats import RunStats
 
 
 class _BatcherCollector:

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from ggufspec.server import adapter
-from ggufspec.server.errors import APIError
+from ggufspec.server.error_bodies import APIError
 from ggufspec.settings import DRAFT_MAX_LIMIT
 
 #: the page's files and their media types; nothing else is served from the folder

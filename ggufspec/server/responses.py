@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ggufspec.stats import RunStats
+    from ggufspec.loop.stats import RunStats
 
 
 def finish_reason(stats: RunStats) -> str:

@@ -9,11 +9,11 @@ import json
 from typing import Any, Literal
 
 from fastapi import Request
-from starlette.requests import ClientDisconnect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import ClientDisconnect
 
-from ggufspec.sampling import MAX_SEED
-from ggufspec.server.errors import APIError, client_gone, invalid
+from ggufspec.loop.sampling import MAX_SEED
+from ggufspec.server.error_bodies import APIError, client_gone, invalid
 
 MAX_STOP = 16
 #: Chat roles the GGUF chat templates know; "developer" (OpenAI's newer name) is sent as "system".

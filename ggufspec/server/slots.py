@@ -1,6 +1,6 @@
 """`serve --parallel N` (N > 1): N slot threads and one bounded waiting line.
 
-Each slot (ggufspec.slots) is one sequence in the pair's multi-sequence contexts, with its own
+Each slot (ggufspec.loop.parallel) is one sequence in the pair's multi-sequence contexts, with its own
 thread: it runs one generation at a time, as `worker.Worker`'s one thread does, and the
 contexts' batchers merge the slots' decodes. A request goes to the free slot whose cached tokens
 share the longest prefix with its prompt, or the least recently used one when none shares half of
@@ -16,12 +16,12 @@ import threading
 import time
 from collections import deque
 
+from ggufspec.loop.parallel import Slot, pick_slot
 from ggufspec.server import adapter
-from ggufspec.server.errors import APIError, shutting_down
+from ggufspec.server.error_bodies import APIError, shutting_down
 from ggufspec.server.eta import WaitEstimate
 from ggufspec.server.metrics import Metrics
 from ggufspec.server.worker import Job, _lost, run_job
-from ggufspec.slots import Slot, pick_slot
 
 log = logging.getLogger("ggufspec.server")
 

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ggufspec.errors import UserError
 from ggufspec.server import adapter
-from ggufspec.server.errors import APIError, invalid, shutting_down
+from ggufspec.server.error_bodies import APIError, invalid, shutting_down
 from ggufspec.server.eta import WaitEstimate
 from ggufspec.server.marks import Mark
 from ggufspec.server.metrics import Metrics

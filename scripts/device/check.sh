@@ -110,7 +110,7 @@ measure() {
   step devices 30 "nvidia-smi 2>&1 | head -20; gs devices"
   step derive 90 "for r in smollm2:Q8_0 smollm2-as-1b:Q8_0 smollm2-as-7b:Q8_0; do
       [[ $CPU == 1 && \$r == smollm2-as-7b:Q8_0 ]] && continue
-      \$PY -c \"import time; t = time.time(); from ggufspec.embedded import resolve_embedded as r; p = r(*'\$r'.split(':')); print(p, f'{time.time() - t:.1f} s')\"; done"
+      \$PY -c \"import time; t = time.time(); from ggufspec.models.embedded import resolve_embedded as r; p = r(*'\$r'.split(':')); print(p, f'{time.time() - t:.1f} s')\"; done"
   step identity 90 "for t in $pair; do
       for p in 'Why is the sky blue?' 'Write a Python function that checks whether a number is prime.'; do
         a=\$(gs run --target embedded:smollm2:Q8_0 --draft none --chat -p \"\$p\" -n 48 --json | \$PY -c 'import json,sys; print(json.load(sys.stdin)[\"text\"])')

@@ -3,7 +3,7 @@
 A pair file (its name, without ``.toml``, is the pair's name)::
 
     title = "Qwen3 8B, drafted by Qwen3 0.6B"
-    target = "Qwen/Qwen3-8B-GGUF:Q4_K_M"        # any Hub or embedded reference (ggufspec.refs)
+    target = "Qwen/Qwen3-8B-GGUF:Q4_K_M"        # any Hub or embedded reference (ggufspec.models.refs)
     draft = "Qwen/Qwen3-0.6B-GGUF:Q8_0"
     context = 32768                              # tokens both models handle (optional)
     licence = "Apache-2.0"                       # optional
@@ -67,7 +67,7 @@ class PairEntry:
 
 def models_dir() -> Path:
     """The catalog directory: ``pairs/`` inside the installed package (editable or not)."""
-    return Path(__file__).resolve().parent / "pairs"
+    return Path(__file__).resolve().parent.parent / "pairs"
 
 
 def load_pairs(directory: Path | None = None) -> tuple[PairEntry, ...]:
@@ -107,7 +107,7 @@ def _load(path: Path) -> PairEntry:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
-    from ggufspec.refs import LocalRef, parse_ref
+    from ggufspec.models.refs import LocalRef, parse_ref
 
     name = path.stem
     where = f"pair file {path}"

@@ -7,7 +7,7 @@ distributions q they were drawn from (None = deterministic, q one-hot).
 One name per concept, from the flag to this module: `--draft-max` -> `DraftLengthSettings.draft_max`
 (the most tokens a round drafts), `--draft-min` -> `draft_min`, `--draft-p-min` -> `draft_p_min`,
 `--draft-extend` -> `draft_extend` (lookup's tokens appended to a model's draft, beyond draft_max), `--fixed` -> `fixed`, `--always-draft` -> `always_draft`; `draft_len` is what one round asks for
-(chosen by ggufspec.control, or draft_max with --fixed).
+(chosen by ggufspec.loop.control, or draft_max with --fixed).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from ggufspec import clock
 from ggufspec.errors import UserError
-from ggufspec.kvshare import import_pays
-from ggufspec.sampling import SamplingSettings, probabilities, sample
+from ggufspec.loop import clock
+from ggufspec.loop.kvshare import import_pays
+from ggufspec.loop.sampling import SamplingSettings, probabilities, sample
+from ggufspec.loop.target import Target
 from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX, DRAFT_MAX_LIMIT, LookupSettings
-from ggufspec.target import Target
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +132,7 @@ class DraftLengthSettings:
 
 
 class KVSource(Protocol):
-    """A context whose KV cache a draft model may import (ggufspec.kvshare): the target's."""
+    """A context whose KV cache a draft model may import (ggufspec.loop.kvshare): the target's."""
 
     @property
     def tokens(self) -> Sequence[int]: ...
@@ -149,7 +149,7 @@ class ModelDrafter:
     round, and at prefill, it rolls back to the longest prefix shared with the new history,
     brings in what is missing, then drafts (a new prompt reuses what the cache holds; `reset()`
     empties it). What is missing it decodes itself, or, with a `kv_source` (the target's context,
-    for a draft that is the same network: ggufspec.kvshare), imports from the target's cache
+    for a draft that is the same network: ggufspec.loop.kvshare), imports from the target's cache
     where that spares it decoding (`kvshare.import_pays`): a prompt's prefill, a catch-up after
     rounds it sat out, and the last accepted draft token of a fully accepted round.
     Drafts are argmax unless the round asks for sampled ones (rejection sampling at T > 0),

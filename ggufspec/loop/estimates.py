@@ -1,6 +1,6 @@
 """The controller's running estimates (pure): timing samples with their robust median, a source's
 discounted realized throughput over all generations and over this one, and a drafter's accept
-counts and costs. `ggufspec.control` decides from them."""
+counts and costs. `ggufspec.loop.control` decides from them."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The draft/verify loop as a generator of steps; without a drafter, the target alone.
 
 One round, with history h (the last token of h not yet in the target's KV cache):
-    0. the controller (ggufspec.control) picks which drafter proposes and K, from past rounds only;
+    0. the controller (ggufspec.loop.control) picks which drafter proposes and K, from past rounds only;
     1. that drafter proposes x_0..x_{K-1} (K may be 0: then this is a plain target step);
     2. the target decodes [h_last, x_0..x_{K-1}] in one batch, logits for all K+1 rows;
        row i is the target's distribution for the token after batch token i;
@@ -18,15 +18,15 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from ggufspec import clock
-from ggufspec.acceptance import AcceptRule, Variant, accept_greedy, accept_match, accept_rejection
-from ggufspec.control import Candidate, Choice, DraftController, Scored
-from ggufspec.drafters import Draft, Drafter, DraftLengthSettings, common_prefix
 from ggufspec.errors import UserError
-from ggufspec.sampling import SamplingSettings, probabilities, sample
-from ggufspec.stats import RunStats
-from ggufspec.target import Target
-from ggufspec.text import Detokenizer, StopText
+from ggufspec.loop import clock
+from ggufspec.loop.acceptance import AcceptRule, Variant, accept_greedy, accept_match, accept_rejection
+from ggufspec.loop.control import Candidate, Choice, DraftController, Scored
+from ggufspec.loop.drafters import Draft, Drafter, DraftLengthSettings, common_prefix
+from ggufspec.loop.sampling import SamplingSettings, probabilities, sample
+from ggufspec.loop.stats import RunStats
+from ggufspec.loop.target import Target
+from ggufspec.loop.text import Detokenizer, StopText
 
 
 class Source(str, enum.Enum):
@@ -146,7 +146,7 @@ def generate(
         controller: chooses each round's drafter and length from measured throughput, and keeps
             what it learned (a pair keeps one); None: a fresh one. Not used with --fixed; a
             seeded sampled run (whose tokens must not depend on timings) always gets a fresh,
-            counted one (ggufspec.control: driven by accept counts, not time).
+            counted one (ggufspec.loop.control: driven by accept counts, not time).
         cache_prompt: start from the longest common prefix of `prompt` with what the target's
             KV cache holds (and the model drafter's) and decode only the rest; the last prompt
             token is always decoded again, for its logits. False: clear both caches and decode
@@ -239,7 +239,7 @@ def _steps(
         target.clear()
         for d in drafters:
             d.reset()
-    # the target first: a draft model that can import the target's cache (ggufspec.kvshare)
+    # the target first: a draft model that can import the target's cache (ggufspec.loop.kvshare)
     # takes the prompt from it instead of decoding it
     target.decode(prompt[cached:], logits="last")
     first = _pick(target.logits(-1), sampling, rng)

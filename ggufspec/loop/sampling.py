@@ -1,7 +1,7 @@
 """Logits -> probabilities, shaped the way llama.cpp's default chain shapes them; pure numpy.
 
 The same shaping is applied to a target row and to the draft row at the same position, so the
-acceptance rules (ggufspec.acceptance) compare like with like: a rule is exact for the p and q
+acceptance rules (ggufspec.loop.acceptance) compare like with like: a rule is exact for the p and q
 it is given, so both must be the distributions the target and the draft really sample from.
 
 Order, as llama.cpp's sampler chain applies them: top-k -> top-p -> min-p -> temperature.
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ggufspec.errors import UserError
-
 
 #: The largest seed, everywhere (--seed, a server request's seed): llama.cpp's seeds are 64-bit
 #: and -1 means "random", so a signed 64-bit value.

@@ -72,7 +72,7 @@ _FFN_COLS = ("ffn_down.weight",)  # ggml shape (n_ff, n_embd): each row gains ze
 def widen(*, src: Path, dst: Path, n_layer: int, n_ff: int, name: str) -> Path:
     """Write `src` (a llama-architecture GGUF) to `dst` widened to `n_ff` and extended to `n_layer` blocks.
 
-    `dst` is written to `.{dst.name}.{pid}.tmp` beside it, then renamed (ggufspec.embedded sweeps
+    `dst` is written to `.{dst.name}.{pid}.tmp` beside it, then renamed (ggufspec.models.embedded sweeps
     temp files of dead processes).
 
     Raises:

@@ -25,13 +25,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ggufspec.batcher import Batcher
-from ggufspec.control import DraftController
-from ggufspec.drafters import Drafter
-from ggufspec.engine import Generation, SpeculativeSettings, common_prefix, generate
 from ggufspec.errors import UserError
-from ggufspec.sampling import SamplingSettings
-from ggufspec.target import Target
+from ggufspec.loop.batcher import Batcher
+from ggufspec.loop.control import DraftController
+from ggufspec.loop.drafters import Drafter
+from ggufspec.loop.engine import Generation, SpeculativeSettings, common_prefix, generate
+from ggufspec.loop.sampling import SamplingSettings
+from ggufspec.loop.target import Target
 
 
 @dataclass(eq=False)

@@ -105,7 +105,7 @@ def resolve_embedded(name: str, quant: str) -> Path:
     Raises:
         UserError: unknown name, missing package, unknown quant.
     """
-    from ggufspec.standin import LAYOUT_VERSION, STANDINS, widen
+    from ggufspec.models.standin import LAYOUT_VERSION, STANDINS, widen
 
     standin = STANDINS.get(name.lower())
     if standin is not None:  # the base model in this encoding, re-laid to cost like a big one

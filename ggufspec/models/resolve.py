@@ -60,11 +60,11 @@ def resolve_pair_refs(
     if pair:
         if target is not None or (drafts is not None and not extra_drafts):
             raise UserError("--pair names both models; drop --target/--draft, or drop --pair")
-        from ggufspec.catalog import get_pair
+        from ggufspec.models.catalog import get_pair
 
         entry = get_pair(pair)
         return PairRefs(target=entry.target, drafts=_dedupe([entry.draft, *(drafts or [])]))
-    from ggufspec.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
+    from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
 
     if target is None:
         return PairRefs(target=DEFAULT_TARGET, drafts=_dedupe([DEFAULT_DRAFT, LOOKUP] if drafts is None else drafts))

@@ -102,7 +102,7 @@ the catch-up:
 with R_d its estimate (exploiting) or, for a retry, the better of its estimate and P_d (and its
 prior rate at alpha0 where P_d is within `close` of the other). A retry deferred so is due again
 at the next prompt, when the draft model is prefilled with it (`wants`): retries are cheap there.
-A draft model that imports the target's KV cache (`Candidate.kv_shared`, ggufspec.kvshare) is
+A draft model that imports the target's KV cache (`Candidate.kv_shared`, ggufspec.loop.kvshare) is
 never behind: its backlog is what an import leaves (at most the round's last token), so the
 catch-up rules above never hold it back, and the opening and the hysteresis below, which exist
 to spare catch-ups, do not apply to it; nor is a free drafter charged a catch-up for it.
@@ -126,12 +126,12 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from ggufspec.estimates import B_MODEL, DrafterModel, Realized, Samples, fit_line
+from ggufspec.loop.estimates import B_MODEL, DrafterModel, Realized, Samples, fit_line
 
 NONE = "none"  # the source of a round that runs the target alone
 
 # nominal costs in units of a target step (priors; the only costs of a counted controller;
-# the draft step and accept priors are in ggufspec.estimates)
+# the draft step and accept priors are in ggufspec.loop.estimates)
 _V0 = 0.3  # a verify's first extra row beyond the target step
 _V1 = 0.2  # each further row
 _U_MODEL = 0.3  # prior catch-up cost of a draft model, per token of backlog
@@ -172,7 +172,7 @@ class Candidate:
     """A drafter the controller may pick this round. `free`: costs nothing to query (lookup);
     `match_len`: a free drafter's proposal length this round (0: nothing to propose); `backlog`:
     tokens a draft model missed (rounds it sat out) and must catch up on first; `kv_shared`: a
-    draft model that imports the target's KV cache (ggufspec.kvshare): never behind, so leaving it
+    draft model that imports the target's KV cache (ggufspec.loop.kvshare): never behind, so leaving it
     and coming back cost nothing, and neither the opening nor the hysteresis (which exist to
     spare catch-ups) holds it in play."""
 

@@ -26,7 +26,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from ggufspec.errors import UserError
-from ggufspec.sampling import sample
+from ggufspec.loop.sampling import sample
 
 
 class AcceptRule(str, enum.Enum):

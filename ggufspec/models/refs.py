@@ -8,9 +8,9 @@ Forms:
   (llama.cpp's ``-hf`` form); without a quant, the only model, else Q4_K_M, else Q8_0;
 * ``owner/repo/path/file.gguf[@REVISION]``: one exact file of a repo;
 * ``embedded:NAME:QUANT``: a model shipped on PyPI (``embedded:smollm2:F32``), see
-  ``ggufspec.embedded``.
+  ``ggufspec.models.embedded``.
 
-A pair of the catalog (``--pair NAME``) is two such references; see ``ggufspec.catalog``.
+A pair of the catalog (``--pair NAME``) is two such references; see ``ggufspec.models.catalog``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal, Union
 
 from ggufspec.errors import UserError
-from ggufspec.shards import local_shards
+from ggufspec.models.shards import local_shards
 
 __all__ = [
     "EmbeddedRef",
@@ -206,7 +206,7 @@ def resolve_model(ref: str, *, offline: bool = False, progress: bool = True, ver
             check_gguf_magic(shard)
         return ResolvedModel(ref, shards, "local")
     if isinstance(parsed, EmbeddedRef):
-        from ggufspec.embedded import resolve_embedded
+        from ggufspec.models.embedded import resolve_embedded
 
         return ResolvedModel(ref, (Path(resolve_embedded(parsed.name, parsed.quant)),), "embedded")
     from ggufspec import hub

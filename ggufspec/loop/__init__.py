@@ -1,0 +1,17 @@
+"""The draft/verify loop (pure but for the `Target` and `Drafter` a caller hands it).
+
+  engine      one generation: prefill, rounds, emitted steps (`generate`)
+  control     which drafter and how many tokens each round (`DraftController`)
+  estimates   the controller's running estimates: timing samples, acceptance counts, rates
+  drafters    who proposes: a draft model, prompt lookup; the draft-length settings
+  acceptance  which drafted tokens the target keeps (greedy, rejection sampling, match)
+  sampling    logits -> probabilities as llama.cpp shapes them; draws
+  text        token ids -> released text: incremental UTF-8, stop strings
+  stats       what one generation cost (`RunStats`)
+  target      what the loop needs from a model (`Target`)
+  clock       the loop's one clock (tests replace it)
+  kvshare     when a draft model may import the target's KV cache
+  exactness   when greedy output equals the target alone bit for bit
+  batcher     concurrent generations' decode calls merged into one batch
+  parallel    N generations at once on one pair, their decodes batched (server slots)
+"""
