@@ -88,7 +88,7 @@ def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0) -> No
 
     with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=2048))) as pair:
         target = pair.target_ctx
-        draft = next(d for d in pair.drafters if not getattr(d, "free", False)).ctx  # type: ignore[attr-defined]
+        draft = next(d for d in pair.drafters if not d.free).ctx  # type: ignore[attr-defined]
         for s, p in (order[i] for i in todo):
             if p.id in traces:
                 continue

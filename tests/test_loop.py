@@ -196,6 +196,7 @@ class ScriptedDrafter:
 
     name = "scripted"
     free = False
+    kv_shared = False
 
     def __init__(self, lm, wrong_at: Sequence[int | None]) -> None:
         self.lm, self.wrong_at, self.asked = lm, list(wrong_at), []
@@ -208,6 +209,9 @@ class ScriptedDrafter:
 
     def reset(self) -> None:
         pass
+
+    def continue_after(self, history, drafts, *, draft_len) -> Draft:
+        return Draft((), ())
 
     def propose(self, history, *, draft_len, draft_p_min=0.0, sampled=False, sampling=None, rng=None) -> Draft:
         self.asked.append(draft_len)

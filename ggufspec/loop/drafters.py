@@ -44,10 +44,16 @@ class Draft:
 
 
 class Drafter(Protocol):
+    """What the loop asks of a drafter; every ability is declared here, none is probed for.
+
+    `free`: no model and no cost, a deterministic function of the history (prompt lookup): the
+    loop asks it every round before choosing, scores it against what the target emitted, and asks
+    it to continue a draft model's proposal (`continue_after`). `kv_shared`: a draft model that
+    imports the target's KV cache (ggufspec.loop.kvshare): never behind the history."""
+
     name: str  # shown in -v and in `RunStats.drafter_rounds`; distinct among a generation's drafters
-    # True: no model and no cost, a deterministic function of the history (prompt lookup): the
-    # loop asks it every round before choosing, and scores it against what the target emitted
     free: bool
+    kv_shared: bool
 
     def prefill(self, prompt: Sequence[int]) -> float:
         """Prepare for a new sequence; returns seconds spent decoding."""
@@ -70,6 +76,11 @@ class Drafter(Protocol):
         """Up to `draft_len` tokens to follow `history`. `sampled`: draw them from q shaped by
         `sampling` (rejection sampling needs q); else argmax (q one-hot). Stop early when the
         draft's top probability falls below `draft_p_min`."""
+        ...
+
+    def continue_after(self, history: Sequence[int], drafts: Sequence[int], *, draft_len: int) -> Draft:
+        """Up to `draft_len` tokens to follow `history` + `drafts` (another drafter's proposal, not
+        yet verified), a function of them alone (q one-hot); a drafter that cannot: none."""
         ...
 
     def reset(self) -> None: ...
@@ -163,6 +174,13 @@ class ModelDrafter:
         self.name = name
         self.kv_source = kv_source
         self.imports = 0  # imports of the target's cache so far
+
+    @property
+    def kv_shared(self) -> bool:
+        return self.kv_source is not None
+
+    def continue_after(self, history: Sequence[int], drafts: Sequence[int], *, draft_len: int) -> Draft:
+        return Draft((), ())  # a model's continuation is its next round: drafting costs
 
     def reset(self) -> None:
         self.ctx.clear()
@@ -281,6 +299,7 @@ class LookupDrafter:
 
     name = "lookup"
     free = True
+    kv_shared = False
 
     def __init__(self, settings: LookupSettings = LookupSettings()) -> None:
         self.ngram_max = settings.ngram_max

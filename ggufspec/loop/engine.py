@@ -217,7 +217,7 @@ def _steps(
     # greedy and match take argmax drafts (q one-hot), as llama.cpp does
     sampled_drafts = rule is AcceptRule.REJECTION
     # positions a round may draft: a model's drafts, and lookup's continuation of them (`_extension`)
-    extendable = controller is not None and any(getattr(d, "continue_after", None) for d in drafters)
+    extendable = controller is not None and any(d.free for d in drafters)
     positions = lengths.draft_max + (lengths.draft_extend if extendable else 0)
     drafted_at = [0] * positions
     accepted_at = [0] * positions
@@ -252,10 +252,10 @@ def _steps(
         # a model drafter keeps what its cache shares with the prompt; one the controller does
         # not expect to run soon is not prefilled (it catches up if it is chosen after all)
         lacks = d.backlog(prompt)
-        if getattr(d, "free", False) or (drafting_now and (controller is None or controller.wants(
+        if d.free or (drafting_now and (controller is None or controller.wants(
                 d.name, backlog=lacks, remaining=min(max_tokens, target.n_ctx - len(prompt))))):
             seconds = d.prefill(prompt)
-            if not getattr(d, "free", False):
+            if not d.free:
                 prefilled[d.name] = (max(0, lacks - 1), seconds)  # (the last prompt token waits for the first draft)
     if controller is not None and drafting_now:  # (a slot beside others leaves the pair's controller alone)
         controller.begin(prefilled=list(prefilled), prefill=prefilled)
@@ -334,7 +334,7 @@ def _steps(
                 else:
                     candidates = []
                     for d in drafters:
-                        if getattr(d, "free", False):  # a function of the history: asking it now is lossless
+                        if d.free:  # a function of the history: asking it now is lossless
                             p = proposals[d.name] = d.propose(
                                 history, draft_len=draft_max, draft_p_min=lengths.draft_p_min, sampled=sampled_drafts,
                                 sampling=sampling, rng=rng,
@@ -342,7 +342,7 @@ def _steps(
                             candidates.append(Candidate(d.name, free=True, match_len=len(p.tokens), grade=p.grade))
                         else:
                             candidates.append(Candidate(d.name, backlog=d.backlog(history),
-                                                        kv_shared=getattr(d, "kv_source", None) is not None))
+                                                        kv_shared=d.kv_shared))
                     choice = controller.choose(drafters=candidates, draft_max=draft_max, draft_min=lengths.draft_min,
                                                allow_none=not lengths.always_draft, remaining=remaining)
                     # paused: the target alone by choice, not for want of a proposal
@@ -466,10 +466,9 @@ def _extension(
     if room <= 0:
         return None, Draft((), ())
     for d in drafters:
-        after = getattr(d, "continue_after", None)
-        if not getattr(d, "free", False) or after is None:
+        if not d.free:
             continue
-        cont = after(history, drafts, draft_len=room)
+        cont = d.continue_after(history, drafts, draft_len=room)
         e = controller.extend(model, draft_len=len(drafts), free=d.name, grade=cont.grade, match_len=len(cont.tokens))
         if e > 0:
             return d.name, Draft(cont.tokens[:e], cont.q_rows[:e], grade=cont.grade)
