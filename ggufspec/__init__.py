@@ -38,8 +38,8 @@ _EXPORTS: dict[str, str] = {
     "ModelSettings": "ggufspec.settings",
     "LookupSettings": "ggufspec.settings",
     "SamplingSettings": "ggufspec.loop.sampling",
-    "SpeculativeSettings": "ggufspec.loop.engine",
-    "DraftLengthSettings": "ggufspec.loop.drafters",
+    "SpeculativeSettings": "ggufspec.loop.speculation",
+    "DraftLengthSettings": "ggufspec.loop.speculation",
     "AcceptRule": "ggufspec.loop.acceptance",
     "Variant": "ggufspec.loop.acceptance",
     "generate": "ggufspec.loop.engine",
@@ -85,9 +85,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from ggufspec.llama.compute import compute_thread
     from ggufspec.loop.acceptance import AcceptRule, Variant
     from ggufspec.loop.control import ControlSettings, DraftController
-    from ggufspec.loop.drafters import Drafter, DraftLengthSettings, LookupDrafter, ModelDrafter
-    from ggufspec.loop.engine import Generation, Source, SpeculativeSettings, Step, generate
+    from ggufspec.loop.drafters import Drafter, LookupDrafter, ModelDrafter
+    from ggufspec.loop.engine import Generation, Source, Step, generate
     from ggufspec.loop.sampling import SamplingSettings
+    from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
     from ggufspec.loop.stats import RunStats
     from ggufspec.loop.target import Target
     from ggufspec.models.resolve import PairRefs, resolve_pair_refs

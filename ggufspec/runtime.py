@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from ggufspec.errors import UserError
 from ggufspec.loop.control import DraftController
 from ggufspec.loop.drafters import Drafter, LookupDrafter, ModelDrafter
-from ggufspec.loop.engine import Generation, SpeculativeSettings, generate
+from ggufspec.loop.engine import Generation, generate
 from ggufspec.loop.sampling import SamplingSettings
+from ggufspec.loop.speculation import SpeculativeSettings
 from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
 from ggufspec.models.template import render_chat
 from ggufspec.settings import ContextSettings, ModelSettings, PairSettings

@@ -46,7 +46,7 @@ def report(path: str) -> None:
 def _settings(pairs: list[str]):
     """(ControlSettings, DraftLengthSettings) from KEY=VAL pairs naming fields of either."""
     from ggufspec.loop.control import ControlSettings
-    from ggufspec.loop.drafters import DraftLengthSettings
+    from ggufspec.loop.speculation import DraftLengthSettings
 
     fields = {f: (ControlSettings, type(getattr(ControlSettings(), f))) for f in ControlSettings.__dataclass_fields__}
     fields.update({f: (DraftLengthSettings, type(getattr(DraftLengthSettings(), f)))
@@ -82,9 +82,9 @@ def main() -> None:
     from ggufspec.bench.lockstep import interleave
     from ggufspec.bench.prompts import load_prompts
     from ggufspec.loop.control import DraftController
-    from ggufspec.loop.drafters import DraftLengthSettings
-    from ggufspec.loop.engine import SpeculativeSettings, generate
+    from ggufspec.loop.engine import generate
     from ggufspec.loop.sampling import SamplingSettings
+    from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
     from ggufspec.runtime import load_pair
     from ggufspec.settings import ContextSettings, PairSettings
 

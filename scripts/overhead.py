@@ -51,8 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ggufspec.loop import clock  # noqa: E402
 from ggufspec.loop.control import DraftController  # noqa: E402
-from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter  # noqa: E402
-from ggufspec.loop.engine import SpeculativeSettings, generate  # noqa: E402
+from ggufspec.loop.drafters import LookupDrafter, ModelDrafter  # noqa: E402
+from ggufspec.loop.engine import generate  # noqa: E402
+from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 
 N_VOCAB = 49152  # SmolLM2's: each row the loop reads is this long
 ALPHABET = 300  # distinct tokens the fake text uses

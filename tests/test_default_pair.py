@@ -13,8 +13,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter
-from ggufspec.loop.engine import SpeculativeSettings
+from ggufspec.loop.drafters import LookupDrafter
+from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 from ggufspec.models.embedded import exact_target_quant
 from ggufspec.runtime import load_pair
 from ggufspec.settings import ContextSettings, PairSettings

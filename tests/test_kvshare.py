@@ -15,10 +15,11 @@ from tiny_models import write_tiny_llama
 from ggufspec.ggufinfo import read_model_info
 from ggufspec.loop import clock
 from ggufspec.loop.acceptance import AcceptRule
-from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter, common_prefix
-from ggufspec.loop.engine import SpeculativeSettings, generate
+from ggufspec.loop.drafters import LookupDrafter, ModelDrafter, common_prefix
+from ggufspec.loop.engine import generate
 from ggufspec.loop.kvshare import IMPORT_TOKENS_PER_ROW, import_pays, shared_kv_refusal
 from ggufspec.loop.sampling import SamplingSettings
+from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 
 V = 40
 VOCAB = letters_vocab(V)

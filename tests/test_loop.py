@@ -19,9 +19,10 @@ from ggufspec.errors import UserError
 from ggufspec.loop import clock
 from ggufspec.loop.acceptance import AcceptRule, Variant
 from ggufspec.loop.control import Choice, DraftController
-from ggufspec.loop.drafters import Draft, DraftLengthSettings, LookupDrafter, ModelDrafter
-from ggufspec.loop.engine import Generation, Source, SpeculativeSettings, generate
+from ggufspec.loop.drafters import Draft, LookupDrafter, ModelDrafter
+from ggufspec.loop.engine import Generation, Source, generate
 from ggufspec.loop.sampling import SamplingSettings, probabilities
+from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 
 V = 40
 VOCAB = letters_vocab(V)

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from ggufspec.errors import UserError
 from ggufspec.loop import clock
-from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter
-from ggufspec.loop.engine import Generation, SpeculativeSettings, common_prefix, generate
+from ggufspec.loop.drafters import LookupDrafter, ModelDrafter
+from ggufspec.loop.engine import Generation, common_prefix, generate
+from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 
 V = 40
 VOCAB = letters_vocab(V)

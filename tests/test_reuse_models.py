@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter
-from ggufspec.loop.engine import SpeculativeSettings
+from ggufspec.loop.drafters import LookupDrafter
+from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 from ggufspec.runtime import PAIR_DRAFTERS, SpeculativePair, load_pair
 from ggufspec.settings import ContextSettings, PairSettings
 

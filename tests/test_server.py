@@ -38,8 +38,8 @@ import web_serve  # noqa: E402
 
 from ggufspec.ggufinfo import read_model_info  # noqa: E402
 from ggufspec.llama.lib import high_level_repack  # noqa: E402
-from ggufspec.loop.drafters import DraftLengthSettings  # noqa: E402
 from ggufspec.loop.exactness import auto_cache_type  # noqa: E402
+from ggufspec.loop.speculation import DraftLengthSettings  # noqa: E402
 from ggufspec.models.resolve import PairRefs  # noqa: E402
 from ggufspec.runtime import load_pair  # noqa: E402
 from ggufspec.server import adapter, create_app, open_pair  # noqa: E402

@@ -12,10 +12,10 @@ from fakes import FakeModel, greedy_reference, letters_vocab, ngram_lm
 
 from ggufspec.loop.batcher import Batcher, Request
 from ggufspec.loop.control import DraftController
-from ggufspec.loop.drafters import DraftLengthSettings, LookupDrafter, ModelDrafter
-from ggufspec.loop.engine import SpeculativeSettings
+from ggufspec.loop.drafters import LookupDrafter, ModelDrafter
 from ggufspec.loop.parallel import Activity, Slot, pick_slot
 from ggufspec.loop.sampling import SamplingSettings
+from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 
 V = 40
 VOCAB = letters_vocab(V)

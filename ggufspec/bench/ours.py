@@ -61,9 +61,9 @@ class Ours:
         first use, `SpeculativePair.fork`), so that it can run beside the others (lockstep)."""
         from ggufspec.loop.acceptance import AcceptRule
         from ggufspec.loop.control import DraftController
-        from ggufspec.loop.drafters import DraftLengthSettings
-        from ggufspec.loop.engine import SpeculativeSettings, generate
+        from ggufspec.loop.engine import generate
         from ggufspec.loop.sampling import SamplingSettings
+        from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 
         sampling = SamplingSettings(temperature=cfg.temperature, seed=seed)
         labels = [] if cfg.is_baseline else cfg.draft.split("+")  # "Q4_1+lookup": both

@@ -56,8 +56,7 @@ def run_sweep(*, target: str | None, draft: str | None, prompts: Sequence[object
               max_tokens: int, repeats: int, n_ctx: int, n_threads: int | None, rpc: str | None,
               draft_max: int = DRAFT_MAX, progress: Callable[[str], None] | None = None) -> list[SweepPoint]:
     """Run the sweep (see the module docstring); one SweepPoint per layer count, in order."""
-    from ggufspec.loop.drafters import DraftLengthSettings
-    from ggufspec.loop.engine import SpeculativeSettings
+    from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
     from ggufspec.runtime import load_pair
     from ggufspec.settings import ContextSettings, PairSettings
 

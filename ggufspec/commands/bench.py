@@ -109,7 +109,7 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from ggufspec import bench
-    from ggufspec.loop.drafters import DraftLengthSettings
+    from ggufspec.loop.speculation import DraftLengthSettings
     from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
 
     # ---- validate everything before loading anything ----------------------------------------

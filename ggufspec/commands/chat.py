@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from ggufspec.console.lines import open_reader
     from ggufspec.llama.lib import set_verbose
     from ggufspec.loop.acceptance import AcceptRule
-    from ggufspec.loop.drafters import DraftLengthSettings
+    from ggufspec.loop.speculation import DraftLengthSettings
     from ggufspec.models.resolve import resolve_pair_refs
     from ggufspec.runtime import load_pair
 

@@ -88,9 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ggufspec.llama.lib import set_verbose
     from ggufspec.loop.acceptance import AcceptRule, Variant
-    from ggufspec.loop.drafters import DraftLengthSettings
-    from ggufspec.loop.engine import SpeculativeSettings
     from ggufspec.loop.sampling import SamplingSettings
+    from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
     from ggufspec.models.resolve import resolve_pair_refs
     from ggufspec.runtime import load_pair
 

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"ggufspec serve needs {exc.name}: pip install 'ggufspec[server]'") from None
     from ggufspec.llama.compute import compute_thread
     from ggufspec.llama.lib import set_verbose
-    from ggufspec.loop.drafters import DraftLengthSettings
+    from ggufspec.loop.speculation import DraftLengthSettings
     from ggufspec.models.resolve import resolve_pair_refs
     from ggufspec.server import create_app, open_pair
     from ggufspec.server.adapter import describe

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field, replace
 
 from ggufspec.errors import UserError
 from ggufspec.loop.acceptance import AcceptRule
-from ggufspec.loop.drafters import DraftLengthSettings
-from ggufspec.loop.engine import SpeculativeSettings
 from ggufspec.loop.sampling import SamplingSettings
+from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 from ggufspec.settings import DRAFT_MAX, DRAFT_MAX_LIMIT
 
 

@@ -1,13 +1,10 @@
-"""Who proposes tokens: a draft model or prompt lookup; and the draft-length settings.
+"""Who proposes tokens: a draft model or prompt lookup.
 
 A drafter sees the whole token history (prompt + emitted, the last token not yet in any KV
 cache) and returns up to `draft_len` proposed tokens with, when they were sampled, the draft
 distributions q they were drawn from (None = deterministic, q one-hot).
 
-One name per concept, from the flag to this module: `--draft-max` -> `DraftLengthSettings.draft_max`
-(the most tokens a round drafts), `--draft-min` -> `draft_min`, `--draft-p-min` -> `draft_p_min`,
-`--draft-extend` -> `draft_extend` (lookup's tokens appended to a model's draft, beyond draft_max), `--fixed` -> `fixed`, `--always-draft` -> `always_draft`; `draft_len` is what one round asks for
-(chosen by ggufspec.loop.control, or draft_max with --fixed).
+The draft length a round asks for is `draft_len` (ggufspec.loop.speculation names the rest).
 """
 
 from __future__ import annotations
@@ -17,12 +14,11 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from ggufspec.errors import UserError
 from ggufspec.loop import clock
 from ggufspec.loop.kvshare import import_pays
 from ggufspec.loop.sampling import SamplingSettings, probabilities, sample
 from ggufspec.loop.target import Target
-from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX, DRAFT_MAX_LIMIT, LookupSettings
+from ggufspec.settings import LookupSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,33 +106,6 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         else:
             hi = mid - 1
     return lo
-
-
-# ---- draft length --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class DraftLengthSettings:
-    """--draft-max, --draft-min, --draft-p-min, --draft-extend, --fixed and --always-draft."""
-
-    draft_max: int = DRAFT_MAX  # most tokens one round drafts (the controller's largest K)
-    draft_min: int = 0  # a shorter draft is not verified (the round runs the target alone)
-    draft_p_min: float = 0.0  # confidence stop: stop drafting when the draft's top p falls below
-    fixed: bool = False  # no controller: the first drafter drafts draft_max every round
-    always_draft: bool = False  # the controller never chooses the target alone (K = 0)
-    # most tokens of prompt lookup's continuation appended to a draft model's full proposal, where
-    # the controller finds they pay for their verify rows (DraftController.extend; 0: never)
-    draft_extend: int = DRAFT_EXTEND
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.draft_max <= DRAFT_MAX_LIMIT:
-            raise UserError(f"draft-max must be in [1, {DRAFT_MAX_LIMIT}], got {self.draft_max}")
-        if not 0 <= self.draft_min <= self.draft_max:
-            raise UserError(f"draft-min must be in [0, draft-max={self.draft_max}], got {self.draft_min}")
-        if not 0.0 <= self.draft_p_min < 1.0:
-            raise UserError(f"draft-p-min must be in [0, 1), got {self.draft_p_min}")
-        if self.draft_extend < 0:
-            raise UserError(f"draft-extend must be >= 0, got {self.draft_extend}")
 
 
 # ---- a draft model -------------------------------------------------------------------------

@@ -13,17 +13,19 @@ The target alone is the same loop with K = 0, so both paths share every line of 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
 from ggufspec.errors import UserError
 from ggufspec.loop import clock
-from ggufspec.loop.acceptance import AcceptRule, Variant, accept_greedy, accept_match, accept_rejection
+from ggufspec.loop.acceptance import AcceptRule, accept_greedy, accept_match, accept_rejection
 from ggufspec.loop.control import Candidate, Choice, DraftController, Scored
-from ggufspec.loop.drafters import Draft, Drafter, DraftLengthSettings, common_prefix
+from ggufspec.loop.drafters import Draft, Drafter, common_prefix
 from ggufspec.loop.sampling import SamplingSettings, probabilities, sample
+from ggufspec.loop.speculation import SpeculativeSettings
+from ggufspec.loop.speculation import DraftLengthSettings
 from ggufspec.loop.stats import RunStats
 from ggufspec.loop.target import Target
 from ggufspec.loop.text import Detokenizer, StopText
@@ -49,24 +51,6 @@ class Step:
     round: int
     drafter: str | None = None  # the drafter that proposed it (DRAFT tokens only)
     drafted: int = 0  # tokens its round drafted (0: a round of the target alone, or the prefill)
-
-
-@dataclass(frozen=True, kw_only=True)
-class SpeculativeSettings:
-    """How drafts are judged and sized."""
-
-    accept: AcceptRule | None = None  # None: greedy at temperature 0, rejection otherwise
-    variant: Variant = Variant.LEVIATHAN
-    length: DraftLengthSettings = field(default_factory=DraftLengthSettings)
-
-    def rule_for(self, sampling: SamplingSettings) -> AcceptRule:
-        if sampling.greedy:
-            return AcceptRule.GREEDY  # every rule reduces to greedy on one-hot distributions
-        if self.accept is None:
-            return AcceptRule.REJECTION
-        if self.accept is AcceptRule.GREEDY:
-            raise UserError("--accept greedy needs --temp 0; use rejection or match when sampling")
-        return self.accept
 
 
 class _TargetRows:

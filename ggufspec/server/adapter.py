@@ -12,10 +12,10 @@ from typing import Callable, Mapping, Sequence
 
 from ggufspec.errors import UserError
 from ggufspec.loop.acceptance import AcceptRule
-from ggufspec.loop.drafters import DraftLengthSettings
-from ggufspec.loop.engine import Generation, SpeculativeSettings
+from ggufspec.loop.engine import Generation
 from ggufspec.loop.parallel import Slot
 from ggufspec.loop.sampling import SamplingSettings
+from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 from ggufspec.models.resolve import PairRefs
 from ggufspec.runtime import SpeculativePair, load_pair
 from ggufspec.server.error_bodies import invalid

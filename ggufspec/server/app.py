@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ggufspec.errors import UserError
-from ggufspec.loop.drafters import DraftLengthSettings
+from ggufspec.loop.speculation import DraftLengthSettings
 from ggufspec.server import adapter, drafting, page, schemas
 from ggufspec.server.delivery import ClientGone, JobStream, collect, sse_events
 from ggufspec.server.error_bodies import APIError, invalid, outcome

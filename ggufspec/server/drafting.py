@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ggufspec.errors import UserError
-from ggufspec.loop.drafters import DraftLengthSettings
+from ggufspec.loop.speculation import DraftLengthSettings
 from ggufspec.server.adapter import PairInfo
 from ggufspec.server.error_bodies import invalid
 from ggufspec.server.schemas import Params
