@@ -45,7 +45,7 @@ _EXPORTS: dict[str, str] = {
     "generate": "ggufspec.loop.engine",
     "Generation": "ggufspec.loop.engine",
     "Step": "ggufspec.loop.engine",
-    "Source": "ggufspec.loop.engine",
+    "Source": "ggufspec.loop.rounds",
     "RunStats": "ggufspec.loop.stats",
     "SessionInfo": "ggufspec.session",
     "Target": "ggufspec.loop.target",
@@ -86,7 +86,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from ggufspec.loop.acceptance import AcceptRule, Variant
     from ggufspec.loop.control import ControlSettings, DraftController
     from ggufspec.loop.drafters import Drafter, LookupDrafter, ModelDrafter
-    from ggufspec.loop.engine import Generation, Source, Step, generate
+    from ggufspec.loop.engine import Generation, Step, generate
+    from ggufspec.loop.rounds import Source
     from ggufspec.loop.sampling import SamplingSettings
     from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
     from ggufspec.loop.stats import RunStats

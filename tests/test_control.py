@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from ggufspec.loop.control import SYNCED, Candidate, Choice, ControlSettings, DraftController, Scored
+from ggufspec.loop.control import SYNCED, ControlSettings, DraftController
+from ggufspec.loop.rounds import Candidate, Choice, Round, Scored
 
 SETTLE = 40  # rounds to settle on the best source
 FOLLOW = 60  # rounds to follow a change of costs
@@ -70,8 +71,8 @@ def simulate(ctrl: DraftController, rounds: int, *, a: float, drafters: dict[str
         for name, n in props.items():
             if name != c.drafter and n > 0:
                 scored[name] = Scored(n, _kept(rng, min(n, acc + 1), drafters[name].alpha))
-        ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=t, draft_s=t_draft,
-                     free=c.drafter in props, scored=scored)
+        ctrl.observe(Round(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=t, draft_s=t_draft,
+                     free=c.drafter in props, scored=scored))
         choices.append(c)
         tokens += acc + 1
         seconds += t
@@ -186,8 +187,8 @@ def test_a_counted_controller_depends_on_counts_not_time() -> None:
             c = ctrl.choose(drafters=[Candidate("m"), Candidate("lookup", free=True, match_len=int(rng.integers(0, 4)))],
                             draft_max=8)
             acc = int(rng.integers(0, c.draft_len + 1))
-            ctrl.observe(choice=c, drafted=c.draft_len, accepted=acc, emitted=acc + 1,
-                         round_s=scale * float(rng.random()), free=c.drafter == "lookup")
+            ctrl.observe(Round(choice=c, drafted=c.draft_len, accepted=acc, emitted=acc + 1,
+                         round_s=scale * float(rng.random()), free=c.drafter == "lookup"))
             seq.append(c)
         runs.append(seq)
     assert runs[0] == runs[1]
@@ -215,9 +216,9 @@ def _losing_model_controller() -> DraftController:
         c = ctrl.choose(drafters=[Candidate("m")], draft_max=8)
         k = c.draft_len
         acc = min(k, r % 2)
-        ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=0.010 + 0.008 * k, draft_s=0.008 * k)
-    ctrl.observe(choice=Choice("m", 1), drafted=1, accepted=0, emitted=1, round_s=0.018, draft_s=0.008,
-                 catchup_tokens=40, catchup_s=40 * 0.003)
+        ctrl.observe(Round(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=0.010 + 0.008 * k, draft_s=0.008 * k))
+    ctrl.observe(Round(choice=Choice("m", 1), drafted=1, accepted=0, emitted=1, round_s=0.018, draft_s=0.008,
+                 catchup_tokens=40, catchup_s=40 * 0.003))
     assert ctrl.catchup_s("m") == pytest.approx(0.003)
     return ctrl
 
@@ -227,14 +228,14 @@ def test_a_catch_up_that_does_not_pay_defers_the_retry_to_the_next_prompt() -> N
     due = ctrl.settings.retry + 1
     for _ in range(due):  # the model sits out: the target alone, its backlog grows a token a round
         c = ctrl.choose(drafters=[Candidate("m", backlog=3)], draft_max=8)
-        ctrl.observe(choice=c, drafted=c.draft_len, accepted=0, emitted=1, round_s=0.010)
+        ctrl.observe(Round(choice=c, drafted=c.draft_len, accepted=0, emitted=1, round_s=0.010))
     assert ctrl.wants("m")  # due: prefilled with the next prompt, where a retry costs no catch-up
     # mid-generation, 40 tokens behind with 100 to go: even at its prior rate (alpha 0.8: 1.00x
     # the target alone) it would save nothing, and the catch-up costs 120 ms: not retried
     for _ in range(50):
         c = ctrl.choose(drafters=[Candidate("m", backlog=40)], draft_max=8, remaining=100)
         assert c.drafter is None
-        ctrl.observe(choice=c, drafted=0, accepted=0, emitted=1, round_s=0.010)
+        ctrl.observe(Round(choice=c, drafted=0, accepted=0, emitted=1, round_s=0.010))
     # at the next prompt it is in step (backlog <= SYNCED): the retry runs
     c = ctrl.choose(drafters=[Candidate("m", backlog=1)], draft_max=8, remaining=100)
     assert c.drafter == "m" and c.retry
@@ -245,8 +246,8 @@ def _winning_model_controller(*, seed: int) -> DraftController:
     then a catch-up of 40 tokens at 3 ms a token."""
     ctrl = DraftController()
     simulate(ctrl, 150, a=0.010, drafters={"m": GOOD}, rng=np.random.default_rng(seed))
-    ctrl.observe(choice=Choice("m", 4), drafted=4, accepted=4, emitted=5, round_s=0.022, draft_s=0.012,
-                 catchup_tokens=40, catchup_s=40 * 0.003)
+    ctrl.observe(Round(choice=Choice("m", 4), drafted=4, accepted=4, emitted=5, round_s=0.022, draft_s=0.012,
+                 catchup_tokens=40, catchup_s=40 * 0.003))
     return ctrl
 
 
@@ -261,7 +262,7 @@ def test_a_catch_up_that_pays_runs_and_a_cheap_one_always_may() -> None:
 
 def test_a_losing_model_is_not_prefilled_until_its_retry_is_due() -> None:
     ctrl = _losing_model_controller()
-    ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=0.010)
+    ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=0.010))
     assert ctrl.choose(drafters=[Candidate("m")], draft_max=8).drafter is None  # the estimates: the target alone
     assert not ctrl.wants("m")
     assert ctrl.wants("never-seen")  # a drafter never run is always prepared
@@ -285,7 +286,7 @@ def test_an_exploratory_prefill_costs_its_share_of_the_time_and_opens_in_full() 
             k = c.draft_len
             acc = min(k, r % 2)
             t = 0.010 + 0.008 * k
-            ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=t, draft_s=0.008 * k)
+            ctrl.observe(Round(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=t, draft_s=0.008 * k))
             total_s += t
             if c.drafter == "m":
                 runs += 1
@@ -347,8 +348,8 @@ def run_prompt(ctrl: DraftController | None, alpha: float, rng: np.random.Genera
         round_s = _verify(k) * jitter + draft_s
         caught = backlog if c.drafter and backlog > SYNCED else 0
         if ctrl is not None:
-            ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=round_s, draft_s=draft_s,
-                         catchup_tokens=caught, catchup_s=caught * 0.2 * A)
+            ctrl.observe(Round(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=round_s, draft_s=draft_s,
+                         catchup_tokens=caught, catchup_s=caught * 0.2 * A))
         seconds += round_s + caught * 0.2 * A
         backlog = (SYNCED if acc == k else 1) if c.drafter else backlog + acc + 1
         gen += acc + 1
@@ -408,15 +409,15 @@ def test_a_prompt_that_starts_badly_keeps_a_draft_that_pays_elsewhere() -> None:
     for _ in range(2):  # the reply's first words: rejected at once
         c = ctrl.choose(drafters=[Candidate("m")], draft_max=8, remaining=120)
         assert c.drafter == "m" and c.draft_len >= 3  # the opening runs at a K that can show a gain
-        ctrl.observe(choice=c, drafted=c.draft_len, accepted=0, emitted=1, round_s=_verify(c.draft_len) + c.draft_len * 0.42 * A,
-                     draft_s=c.draft_len * 0.42 * A)
+        ctrl.observe(Round(choice=c, drafted=c.draft_len, accepted=0, emitted=1, round_s=_verify(c.draft_len) + c.draft_len * 0.42 * A,
+                     draft_s=c.draft_len * 0.42 * A))
     # then the draft agrees again: it is still drafting (judged by what it did on other prompts)
     picks = []
     for _ in range(20):
         c = ctrl.choose(drafters=[Candidate("m")], draft_max=8, remaining=100)
         picks.append(c.drafter)
         k = c.draft_len if c.drafter else 0
-        ctrl.observe(choice=c, drafted=k, accepted=k, emitted=k + 1, round_s=_verify(k) + k * 0.42 * A, draft_s=k * 0.42 * A)
+        ctrl.observe(Round(choice=c, drafted=k, accepted=k, emitted=k + 1, round_s=_verify(k) + k * 0.42 * A, draft_s=k * 0.42 * A))
     assert picks.count("m") >= 18
 
 
@@ -434,8 +435,8 @@ def test_lookup_is_charged_the_catch_up_it_leaves_the_model() -> None:
         caught = backlog if c.drafter == "m" and backlog > SYNCED else 0
         draft_s = k * 0.42 * A if c.drafter == "m" else 0.0
         # lookup's 3 tokens cost the model a catch-up of 3 decodes in one batch: 0.6 a
-        ctrl.observe(choice=c, drafted=k, accepted=k, emitted=k + 1, round_s=_verify(k) + draft_s, draft_s=draft_s,
-                     free=c.drafter == "lookup", catchup_tokens=caught, catchup_s=caught * 0.2 * A)
+        ctrl.observe(Round(choice=c, drafted=k, accepted=k, emitted=k + 1, round_s=_verify(k) + draft_s, draft_s=draft_s,
+                     free=c.drafter == "lookup", catchup_tokens=caught, catchup_s=caught * 0.2 * A))
         backlog = SYNCED if c.drafter == "m" else backlog + k + 1
         model_runs += c.drafter == "m"
         lookup_runs += c.drafter == "lookup"
@@ -483,8 +484,8 @@ def _lookup_prompt(ctrl: DraftController, rng: np.random.Generator, *, look_alph
         scored = {}
         if c.drafter != "lookup" and match:
             scored["lookup"] = Scored(match, _kept(rng, min(match, acc + 1), look_alpha))
-        ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=_verify(k) * jitter + draft_s,
-                     draft_s=draft_s, free=c.drafter == "lookup", scored=scored)
+        ctrl.observe(Round(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=_verify(k) * jitter + draft_s,
+                     draft_s=draft_s, free=c.drafter == "lookup", scored=scored))
         picks.append(c.drafter)
         gen += acc + 1
     return picks
@@ -531,8 +532,8 @@ def _graded_prompt(ctrl: DraftController, rng: np.random.Generator, *, grades: d
         scored = {}
         if c.drafter != "lookup":
             scored["lookup"] = Scored(match, _kept(rng, min(match, acc + 1), grades[g]), g if graded else 0)
-        ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=round_s, draft_s=draft_s,
-                     free=c.drafter == "lookup", scored=scored)
+        ctrl.observe(Round(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=round_s, draft_s=draft_s,
+                     free=c.drafter == "lookup", scored=scored))
         picks.append((g, c.drafter))
         gen += acc + 1
         seconds += round_s
@@ -562,12 +563,12 @@ def test_a_free_drafter_is_judged_per_grade() -> None:
 
 def test_a_choice_names_the_drafter_and_its_grade() -> None:
     ctrl = DraftController()
-    ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A)
+    ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A))
     for _ in range(20):  # a free drafter right every time at grade 2
         c = ctrl.choose(drafters=[Candidate("lookup", free=True, match_len=4, grade=2)], draft_max=8, allow_none=False)
         assert (c.drafter, c.grade) == ("lookup", 2)
-        ctrl.observe(choice=c, drafted=c.draft_len, accepted=c.draft_len, emitted=c.draft_len + 1,
-                     round_s=_verify(c.draft_len), free=True)
+        ctrl.observe(Round(choice=c, drafted=c.draft_len, accepted=c.draft_len, emitted=c.draft_len + 1,
+                     round_s=_verify(c.draft_len), free=True))
 
 
 def _shared_round(ctrl: DraftController, accept) -> Choice:
@@ -576,8 +577,8 @@ def _shared_round(ctrl: DraftController, accept) -> Choice:
     c = ctrl.choose(drafters=[Candidate("m", kv_shared=True)], draft_max=8, remaining=100)
     k = c.draft_len if c.drafter else 0
     acc = accept(k) if k else 0
-    ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=_verify(k) + k * 0.45 * A,
-                 draft_s=k * 0.45 * A)
+    ctrl.observe(Round(choice=c, drafted=k, accepted=acc, emitted=acc + 1, round_s=_verify(k) + k * 0.45 * A,
+                 draft_s=k * 0.45 * A))
     return c
 
 
@@ -635,11 +636,11 @@ def test_the_verify_line_follows_this_machines_measurements_not_the_prior() -> N
     # against 0.86 a)
     ctrl = DraftController()
     a = 0.024
-    ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=a)
+    ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=a))
     for k in (4, 8) * 8:
         draft_s = k * 0.47 * a
-        ctrl.observe(choice=Choice("m", k), drafted=k, accepted=k, emitted=k + 1,
-                     round_s=a * (1.0 + 0.107 * k) + draft_s, draft_s=draft_s)
+        ctrl.observe(Round(choice=Choice("m", k), drafted=k, accepted=k, emitted=k + 1,
+                     round_s=a * (1.0 + 0.107 * k) + draft_s, draft_s=draft_s))
     for k in (4, 6, 8):
         assert abs(ctrl.verify_s(k) - a * (1.0 + 0.107 * k)) < 0.05 * a
 
@@ -657,9 +658,9 @@ def _first_call_sim(ctrl: DraftController, rounds: int, *, alpha: float, f: floa
         jitter = rng.lognormal(0.0, 0.05)
         first = (b + f) * jitter
         draft_s = (f + k * b) * jitter if k else 0.0
-        ctrl.observe(choice=c, drafted=k, accepted=acc, emitted=acc + 1,
+        ctrl.observe(Round(choice=c, drafted=k, accepted=acc, emitted=acc + 1,
                      round_s=a * (1.0 + 0.107 * k) * jitter + draft_s, draft_s=draft_s,
-                     draft_first_s=first if k and tell_first else None, draft_calls=k)
+                     draft_first_s=first if k and tell_first else None, draft_calls=k))
         if k:
             ks.append(k)
     return ks
@@ -696,13 +697,13 @@ def _lookup_round(ctrl: DraftController, *, backlog: int = 0, kv_shared: bool = 
     look = Scored(8, 8 if right else 0, 3)
     if c.drafter == "lookup" and (right or c.check is None):
         acc = 8 if right else 0
-        ctrl.observe(choice=c, drafted=8, accepted=acc, emitted=acc + 1, round_s=_verify(8) + check_s, free=True,
-                     check_s=check_s if c.check else 0.0)
+        ctrl.observe(Round(choice=c, drafted=8, accepted=acc, emitted=acc + 1, round_s=_verify(8) + check_s, free=True,
+                     check_s=check_s if c.check else 0.0))
     else:
         ran = c if c.drafter != "lookup" else Choice("m", c.check_len)
         k = ran.draft_len if ran.drafter else 0
-        ctrl.observe(choice=ran, drafted=k, accepted=k, emitted=k + 1, round_s=_verify(k) + k * 0.45 * A,
-                     draft_s=k * 0.45 * A, scored={"lookup": look} if k or ran.drafter is None else None)
+        ctrl.observe(Round(choice=ran, drafted=k, accepted=k, emitted=k + 1, round_s=_verify(k) + k * 0.45 * A,
+                     draft_s=k * 0.45 * A, scored={"lookup": look} if k or ran.drafter is None else None))
     return c
 
 
@@ -725,22 +726,22 @@ def test_a_free_drafters_first_proposals_of_a_generation_are_checked_by_the_draf
     ctrl.begin(prefilled=[])
     for _ in range(3):
         _shared_round(ctrl, _agreeing(rng))
-        ctrl.observe(choice=Choice("m", 8), drafted=8, accepted=8, emitted=9, round_s=_verify(8) + 8 * 0.45 * A,
-                     draft_s=8 * 0.45 * A, scored={"lookup": Scored(8, 8, 3)})
+        ctrl.observe(Round(choice=Choice("m", 8), drafted=8, accepted=8, emitted=9, round_s=_verify(8) + 8 * 0.45 * A,
+                     draft_s=8 * 0.45 * A, scored={"lookup": Scored(8, 8, 3)}))
     assert _lookup_round(ctrl).check is None
 
 
 def test_no_check_without_a_draft_model_in_step_or_when_switched_off() -> None:
     for settings, backlog, kv_shared in ((ControlSettings(), 30, False), (ControlSettings(check_rounds=0), 0, True)):
         ctrl = DraftController(settings=settings)
-        ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A)
+        ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A))
         for _ in range(30):
             _lookup_round(ctrl, backlog=backlog, kv_shared=kv_shared)
         ctrl.begin(prefilled=[])
         c = _lookup_round(ctrl, backlog=backlog, kv_shared=kv_shared)
         assert c.drafter == "lookup" and c.check is None
     lone = DraftController()  # lookup alone: nothing to check with
-    lone.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A)
+    lone.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A))
     c = lone.choose(drafters=[Candidate("lookup", free=True, match_len=8, grade=3)], draft_max=8)
     assert c.check is None
 
@@ -750,10 +751,10 @@ def test_a_checks_seconds_are_the_sources_cost_not_the_verifys() -> None:
     # lookup's realized rate pays for the check
     plain, checked = DraftController(), DraftController()
     for ctrl, check_s in ((plain, 0.0), (checked, 0.4 * A)):
-        ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A)
+        ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A))
         for _ in range(6):
-            ctrl.observe(choice=Choice("lookup", 8, grade=3, check="m", check_len=8), drafted=8, accepted=8, emitted=9,
-                         round_s=_verify(8) + check_s, free=True, check_s=check_s)
+            ctrl.observe(Round(choice=Choice("lookup", 8, grade=3, check="m", check_len=8), drafted=8, accepted=8, emitted=9,
+                         round_s=_verify(8) + check_s, free=True, check_s=check_s))
     assert checked.verify_s(8) == pytest.approx(plain.verify_s(8))
     rate = {n: c.throughput("lookup#3", None) for n, c in (("plain", plain), ("checked", checked))}
     assert rate["checked"] == pytest.approx(rate["plain"] * _verify(8) / (_verify(8) + 0.4 * A), rel=1e-6)
@@ -766,12 +767,12 @@ def test_lookups_continuation_of_a_full_model_draft_is_appended_as_far_as_it_pay
     # pi_model(8) * pi(e) / R pays for a verify row (0.06 a here, so while pi(e) >= ~0.1)
     def warm(model_kept: int, right: int) -> DraftController:
         ctrl = DraftController()
-        ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=_verify(0))
+        ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=_verify(0)))
         for _ in range(30):
             acc = model_kept + (right if model_kept == 8 else 0)
-            ctrl.observe(choice=Choice("m", 8), drafted=12, accepted=acc, emitted=acc + 1,
+            ctrl.observe(Round(choice=Choice("m", 8), drafted=12, accepted=acc, emitted=acc + 1,
                          round_s=_verify(12) + 8 * 0.45 * A, draft_s=8 * 0.45 * A,
-                         extended=4, extended_by="lookup", extended_grade=3)
+                         extended=4, extended_by="lookup", extended_grade=3))
         return ctrl
 
     ctrl = warm(8, 2)
@@ -788,8 +789,8 @@ def test_lookups_continuation_of_a_full_model_draft_is_appended_as_far_as_it_pay
     # continuation is kept whole appends all of it after 3 rounds
     ctrl.begin(prefilled=[])
     for _ in range(3):
-        ctrl.observe(choice=Choice("m", 8), drafted=12, accepted=12, emitted=13, round_s=_verify(12) + 8 * 0.45 * A,
-                     draft_s=8 * 0.45 * A, extended=4, extended_by="lookup", extended_grade=3)
+        ctrl.observe(Round(choice=Choice("m", 8), drafted=12, accepted=12, emitted=13, round_s=_verify(12) + 8 * 0.45 * A,
+                     draft_s=8 * 0.45 * A, extended=4, extended_by="lookup", extended_grade=3))
     assert ctrl.extend("m", draft_len=8, free="lookup", grade=3, match_len=4) == 4
 
 
@@ -797,9 +798,9 @@ def test_an_extended_rounds_extra_rows_are_verify_rows_not_the_models_drafts() -
     # a round of 8 model drafts and 3 tokens of lookup's continuation, all kept: the model's curve
     # counts 8 positions, the verify line a sample at 11 rows, the draft cost 8 tokens
     ctrl = DraftController()
-    ctrl.observe(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A)
-    ctrl.observe(choice=Choice("m", 8), drafted=11, accepted=11, emitted=12, round_s=_verify(11) + 8 * 0.45 * A,
-                 draft_s=8 * 0.45 * A, extended=3)
+    ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A))
+    ctrl.observe(Round(choice=Choice("m", 8), drafted=11, accepted=11, emitted=12, round_s=_verify(11) + 8 * 0.45 * A,
+                 draft_s=8 * 0.45 * A, extended=3))
     m = ctrl._drafters["m"]
     assert len(m.drafted_at) == 8 and m.accepted_at == m.drafted_at
     assert list(ctrl._verify) == [11] and len(ctrl._verify[11]) == 1

@@ -18,7 +18,7 @@ from scipy import stats as sps
 from ggufspec.errors import UserError
 from ggufspec.loop.acceptance import AcceptRule, Variant
 from ggufspec.loop.drafters import LookupDrafter, ModelDrafter
-from ggufspec.loop.engine import Source
+from ggufspec.loop.rounds import Source
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 from ggufspec.runtime import SpeculativePair, load_pair

@@ -18,9 +18,10 @@ from fakes import FakeClock, FakeModel, FakeVocab, assert_follows, greedy_refere
 from ggufspec.errors import UserError
 from ggufspec.loop import clock
 from ggufspec.loop.acceptance import AcceptRule, Variant
-from ggufspec.loop.control import Choice, DraftController
+from ggufspec.loop.control import DraftController
 from ggufspec.loop.drafters import Draft, LookupDrafter, ModelDrafter
-from ggufspec.loop.engine import Generation, Source, generate
+from ggufspec.loop.engine import Generation, generate
+from ggufspec.loop.rounds import Choice, Round, Source
 from ggufspec.loop.sampling import SamplingSettings, probabilities
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 
@@ -421,7 +422,8 @@ class _AlwaysCheck(DraftController):
         if look is None:
             return super().choose(drafters=drafters, draft_max=draft_max, draft_min=draft_min,
                                   allow_none=allow_none, remaining=remaining)
-        return Choice("lookup", min(draft_max, look.match_len), grade=look.grade, check="model", check_len=draft_max)
+        return Choice("lookup", min(draft_max, look.match_len), grade=look.grade, check="model", check_len=draft_max,
+                      extend=self.extend)
 
 
 def _sampled_runs(controller, *, prompt: Sequence[int], n_tokens: int, speculative: SpeculativeSettings,
@@ -515,9 +517,9 @@ class _Recorder(DraftController):
         super().__init__()
         self.told: list[tuple[str | None, int]] = []
 
-    def observe(self, *, choice, drafted, **kw):  # type: ignore[override]
-        self.told.append((choice.drafter, drafted))
-        super().observe(choice=choice, drafted=drafted, **kw)
+    def observe(self, r: Round) -> None:
+        self.told.append((r.choice.drafter, r.drafted))
+        super().observe(r)
 
 
 def test_every_round_is_told_to_the_controller_the_last_tokens_too(fake_clock: FakeClock) -> None:
@@ -550,7 +552,7 @@ class _AlwaysExtend(DraftController):
         if self.k is None:
             return super().choose(drafters=drafters, draft_max=draft_max, draft_min=draft_min,
                                   allow_none=allow_none, remaining=remaining)
-        return Choice("model", min(self.k, draft_max))
+        return Choice("model", min(self.k, draft_max), extend=self.extend)
 
     def extend(self, name, *, draft_len, free, grade, match_len):  # type: ignore[override]
         return match_len

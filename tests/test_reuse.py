@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from ggufspec.errors import UserError
 from ggufspec.loop import clock
-from ggufspec.loop.drafters import LookupDrafter, ModelDrafter
-from ggufspec.loop.engine import Generation, common_prefix, generate
+from ggufspec.loop.drafters import LookupDrafter, ModelDrafter, common_prefix
+from ggufspec.loop.engine import Generation, generate
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 
 V = 40

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ggufspec.errors import UserError
-from ggufspec.loop.engine import common_prefix
+from ggufspec.loop.drafters import common_prefix
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 from ggufspec.runtime import SpeculativePair, load_pair
 from ggufspec.session import MAGIC, SessionInfo, fingerprint, read_session

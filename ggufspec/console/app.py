@@ -22,7 +22,7 @@ from ggufspec.console.conversation import Conversation, fit
 from ggufspec.console.lines import PROMPT, LineReader
 from ggufspec.console.settings import ChatSettings, Command, help_text, parse_command
 from ggufspec.errors import UserError
-from ggufspec.loop.engine import Source
+from ggufspec.loop.rounds import Source
 from ggufspec.loop.stats import RunStats
 
 STYLES = {Source.DRAFT: "green", Source.CORRECTION: "red", Source.BONUS: "blue", Source.TARGET: "default"}

@@ -127,8 +127,7 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from ggufspec.loop.estimates import B_MODEL, DrafterModel, Realized, Samples, fit_line
-
-NONE = "none"  # the source of a round that runs the target alone
+from ggufspec.loop.rounds import NONE, Candidate, Choice, Round
 
 # nominal costs in units of a target step (priors; the only costs of a counted controller;
 # the draft step and accept priors are in ggufspec.loop.estimates)
@@ -165,46 +164,6 @@ class ControlSettings:
         if (self.retry < 1 or self.window < 1 or self.spacing < 1 or self.opening < 0 or self.check_rounds < 0
                 or not all(0 < x <= 1 for x in (self.decay, self.accept_decay, self.idle_decay))):
             raise ValueError(f"bad control settings: {self}")
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A drafter the controller may pick this round. `free`: costs nothing to query (lookup);
-    `match_len`: a free drafter's proposal length this round (0: nothing to propose); `backlog`:
-    tokens a draft model missed (rounds it sat out) and must catch up on first; `kv_shared`: a
-    draft model that imports the target's KV cache (ggufspec.loop.kvshare): never behind, so leaving it
-    and coming back cost nothing, and neither the opening nor the hysteresis (which exist to
-    spare catch-ups) holds it in play."""
-
-    name: str
-    free: bool = False
-    match_len: int | None = None
-    backlog: int = 0  # history tokens a draft model must decode before it can draft (catch-up)
-    kv_shared: bool = False
-    grade: int = 0  # a free drafter's class of this round's proposal (lookup: its n-gram length)
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """This round: `drafter` (None: the target alone) proposes `draft_len` tokens."""
-
-    drafter: str | None
-    draft_len: int
-    retry: bool = False  # chosen by the retry schedule, not by the estimates
-    grade: int = 0  # the chosen free drafter's grade this round (Candidate.grade)
-    # a free drafter's proposal checked first by draft model `check`'s first token: where they
-    # differ, the round is that model's, `check_len` tokens (`DraftController._check`)
-    check: str | None = None
-    check_len: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Scored:
-    """A free drafter's proposal that did not run, scored against the tokens the target emitted."""
-
-    proposed: int  # tokens it proposed
-    matched: int  # of them, the prefix equal to the emitted tokens
-    grade: int = 0  # its grade (Candidate.grade)
 
 
 class DraftController:
@@ -526,9 +485,11 @@ class DraftController:
         if ch.drafter is None:
             return ch
         c = by_key[ch.drafter]
+        if not c.free:
+            return replace(ch, extend=self.extend)
         check, check_len = (self._check(ch.drafter, keyed, draft_max=draft_max, lo=max(1, draft_min))
                             if c.free else (None, 0))
-        return Choice(c.name, ch.draft_len, ch.retry, c.grade, check, check_len)
+        return Choice(c.name, ch.draft_len, ch.retry, c.grade, check, check_len, extend=self.extend)
 
     def _check(self, source: str, drafters: Sequence[Candidate], *, draft_max: int, lo: int) -> tuple[str | None, int]:
         """(draft model, its K) that checks free source `source`'s proposal this round, or (None, 0).
@@ -750,42 +711,21 @@ class DraftController:
 
     # ---- learning -----------------------------------------------------------------------------
 
-    def observe(
-        self,
-        *,
-        choice: Choice,
-        drafted: int,
-        accepted: int,
-        emitted: int,
-        round_s: float,
-        draft_s: float = 0.0,
-        free: bool = False,
-        scored: Mapping[str, Scored] | None = None,
-        catchup_tokens: int = 0,
-        catchup_s: float = 0.0,
-        draft_first_s: float | None = None,
-        draft_calls: int = 0,
-        check_s: float = 0.0,
-        extended: int = 0,
-        extended_by: str | None = None,
-        extended_grade: int = 0,
-    ) -> None:
-        """A round ended: `choice` ran, `drafted` tokens were verified, `accepted` kept, `emitted`
-        tokens came out (accepted + 1) in `round_s` seconds (drafting, verify and our Python; not a
-        draft model's catch-up), `draft_s` of them drafting. `free`: the chosen drafter is free.
-        `scored`: the free drafters not chosen, by name: their proposal scored against the emitted
-        tokens, with its grade. `catchup_tokens` / `catchup_s`: the draft model caught up on
-        that many tokens of history first, in that many seconds (not part of `round_s`).
-        `draft_first_s`: of `draft_s`, the seconds of the draft's first call, of `draft_calls`
-        (None: not told; `draft_s` is then priced per drafted token). `check_s`: of `round_s`, the
-        seconds a draft model spent checking the free proposal that ran (`_check`): the source's
-        cost, not the verify's nor the model's drafting. `extended`: of `drafted`, the last tokens
-        free drafter `extended_by` appended to the model's (`extend`, its match of `extended_grade`):
-        verify rows, not the model's drafts; judged where the model's drafts were all kept."""
+    def observe(self, r: Round) -> None:
+        """A round ended (`Round`: what ran, what was drafted, kept and emitted, and its seconds).
+        Its seconds: `round_s` counts drafting, verify and our Python, not a draft model's
+        catch-up; `check_s` is the source's cost, not the verify's nor the model's drafting; an
+        extension's tokens are verify rows, not the model's drafts, judged where the model's
+        drafts were all kept."""
+        choice, drafted, accepted, emitted = r.choice, r.drafted, r.accepted, r.emitted
+        round_s, draft_s, check_s, free = r.round_s, r.draft_s, r.check_s, r.free
+        draft_first_s, draft_calls, extended = r.draft_first_s, r.draft_calls, r.extended
+        if choice is None:
+            return
         st = self.settings
         if choice.drafter is not None and choice.grade:
             choice = replace(choice, drafter=self._key(choice.drafter, choice.grade))
-        by_source = {self._key(n, v.grade): v for n, v in (scored or {}).items()}
+        by_source = {self._key(n, v.grade): v for n, v in r.scored.items()}
         name = choice.drafter
         if name is not None:
             model = self._model(name, free)
@@ -817,12 +757,12 @@ class DraftController:
             self._verify.setdefault(drafted, Samples(st.window)).add(self.round, vp)  # rows, whoever proposed them
             own = drafted - extended  # the model's drafts: its curve's positions
             self._record_accepts(name, own, min(accepted, own), emitted)
-            if extended and extended_by is not None and accepted >= own:  # the continuation was judged
-                key = self._extension_key(extended_by, extended_grade)
+            if extended and r.extended_by is not None and accepted >= own:  # the continuation was judged
+                key = self._extension_key(r.extended_by, r.extended_grade)
                 self._model(key, True)
                 self._record_accepts(key, extended, accepted - own, emitted - own)
-        if name is not None and catchup_tokens > SYNCED and self.timed:
-            self._model(name, free).catchup.add(self.round, catchup_s / catchup_tokens)
+        if name is not None and r.catchup_tokens > SYNCED and self.timed:
+            self._model(name, free).catchup.add(self.round, r.catchup_s / r.catchup_tokens)
         for other, v in by_source.items():
             if other != name and v.proposed > 0:
                 self._model(other, True)

@@ -28,8 +28,8 @@ from typing import Sequence
 from ggufspec.errors import UserError
 from ggufspec.loop.batcher import Batcher
 from ggufspec.loop.control import DraftController
-from ggufspec.loop.drafters import Drafter
-from ggufspec.loop.engine import Generation, common_prefix, generate
+from ggufspec.loop.drafters import Drafter, common_prefix
+from ggufspec.loop.engine import Generation, generate
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import SpeculativeSettings
 from ggufspec.loop.target import Target

@@ -17,6 +17,7 @@ from ggufspec.loop.acceptance import AcceptRule, Variant
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX, DRAFT_MAX_LIMIT
 
+
 @dataclass(frozen=True, kw_only=True)
 class DraftLengthSettings:
     """--draft-max, --draft-min, --draft-p-min, --draft-extend, --fixed and --always-draft."""

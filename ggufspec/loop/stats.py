@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ggufspec.loop.rounds import Round
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunStats:
@@ -88,3 +90,44 @@ class RunStats:
         d["drafted_at"] = list(self.drafted_at)
         d["accepted_at"] = list(self.accepted_at)
         return d
+
+
+class RoundTally:
+    """The one accumulator of a generation's rounds: `add` each `Round`, then `stats(...)`."""
+
+    def __init__(self, *, positions: int) -> None:
+        self.rounds = self.drafted = self.accepted = self.paused = 0
+        self.checks = self.checks_failed = self.extended = self.extended_accepted = 0
+        self.draft_s = self.verify_s = 0.0
+        self.drafted_at = [0] * positions  # rounds that drafted a token at position i
+        self.accepted_at = [0] * positions
+        self.k_hist: dict[int, int] = {}
+        self.drafter_rounds: dict[str, int] = {}
+
+    def add(self, r: Round) -> None:
+        self.rounds += 1
+        self.drafted += r.drafted
+        self.accepted += r.accepted
+        self.paused += r.paused
+        self.checks += r.checked
+        self.checks_failed += r.check_failed
+        self.extended += r.extended
+        self.extended_accepted += max(0, r.accepted - r.own)
+        self.draft_s += r.draft_s + r.catchup_s + r.check_s  # every draft decode, catch-ups and checks too
+        self.verify_s += r.verify_s
+        for i in range(r.drafted):
+            self.drafted_at[i] += 1
+            self.accepted_at[i] += i < r.accepted
+        self.k_hist[r.drafted] = self.k_hist.get(r.drafted, 0) + 1
+        self.drafter_rounds[r.source] = self.drafter_rounds.get(r.source, 0) + 1
+
+    def stats(self, *, prompt_tokens: int, cached_tokens: int, generated_tokens: int, prompt_s: float,
+              gen_s: float, stop_reason: str) -> RunStats:
+        return RunStats(
+            prompt_tokens=prompt_tokens, cached_tokens=cached_tokens, generated_tokens=generated_tokens,
+            prompt_s=prompt_s, gen_s=gen_s, drafted=self.drafted, accepted=self.accepted, rounds=self.rounds,
+            draft_s=self.draft_s, verify_s=self.verify_s, drafted_at=tuple(self.drafted_at),
+            accepted_at=tuple(self.accepted_at), stop_reason=stop_reason, paused_rounds=self.paused,
+            k_hist=dict(sorted(self.k_hist.items())), drafter_rounds=dict(self.drafter_rounds), checks=self.checks,
+            checks_failed=self.checks_failed, extended=self.extended, extended_accepted=self.extended_accepted,
+        )

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ggufspec.loop.engine import Source, Step
+from ggufspec.loop.engine import Step
+from ggufspec.loop.rounds import Source
 from ggufspec.models.resolve import LOOKUP
 
 

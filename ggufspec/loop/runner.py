@@ -1,0 +1,211 @@
+"""One round of the draft/verify loop, played: the engine's and the trace replay's.
+
+With history h (its last token not yet in the target's KV cache):
+    1. plan: the free drafters propose (a function of h: asking is lossless), the controller
+       picks the source and K from past rounds only (`DraftController.choose`), or --fixed takes
+       the first drafter at draft_max;
+    2. draft: that drafter proposes x_0..x_{K-1}; a checked free proposal first meets the draft
+       model's first token; a model's full proposal may take a free drafter's continuation
+       (`Choice.extend`);
+    3. verify: the target decodes [h_last, x_0..x_{K-1}] in one batch, logits for all K + 1 rows
+       (row i: the target's distribution after batch token i);
+    4. accept: a rule keeps x_0..x_{n-1} and adds one token (correction or bonus); the target's
+       KV cache drops the rejected positions (the drafter re-syncs next round).
+K = 0 is a plain target step: the target alone is the same round without drafting.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ggufspec.loop import clock
+from ggufspec.loop.acceptance import AcceptRule, Verdict, accept_greedy, accept_match, accept_rejection
+from ggufspec.loop.control import DraftController
+from ggufspec.loop.drafters import Draft, Drafter, common_prefix
+from ggufspec.loop.rounds import Candidate, Choice, Round, Scored, Source
+from ggufspec.loop.sampling import SamplingSettings, probabilities, sample
+from ggufspec.loop.speculation import SpeculativeSettings
+from ggufspec.loop.target import Target
+
+Emitted = list[tuple[int, Source, "str | None"]]  # (token, where it came from, the drafter that proposed it)
+
+
+class TargetRows:
+    """Target distributions p_i, shaped only when an acceptance rule asks for row i."""
+
+    def __init__(self, ctx: Target, sampling: SamplingSettings) -> None:
+        self._ctx, self._sampling, self._rows = ctx, sampling, {}
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        row = self._rows.get(i)
+        if row is None:
+            row = self._rows[i] = probabilities(self._ctx.logits(i), self._sampling)
+        return row
+
+
+def pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generator) -> int:
+    """The target's token from one row: argmax when greedy, else a draw."""
+    if sampling.greedy:
+        return int(np.argmax(logits))
+    return sample(probabilities(logits, sampling), rng)
+
+
+class RoundRunner:
+    """Plays rounds for one generation: `play(history, remaining)` -> (its `Round`, the tokens it emits)."""
+
+    def __init__(
+        self, *, target: Target, drafters: Sequence[Drafter], controller: DraftController | None,
+        sampling: SamplingSettings, speculative: SpeculativeSettings, rule: AcceptRule, rng: np.random.Generator,
+        drafting: Callable[[], bool] | None = None,
+    ) -> None:
+        self.target, self.drafters, self.controller = target, tuple(drafters), controller
+        self.by_name = {d.name: d for d in self.drafters}
+        self.sampling, self.speculative, self.rule, self.rng = sampling, speculative, rule, rng
+        self.lengths = speculative.length
+        self.drafting = drafting
+        # rejection sampling needs the draft's q, so its drafts are sampled from q; greedy and
+        # match take argmax drafts (q one-hot), as llama.cpp does
+        self.sampled = rule is AcceptRule.REJECTION
+
+    @property
+    def positions(self) -> int:
+        """Draft positions a round may verify: draft_max, and a free drafter's continuation."""
+        extendable = self.controller is not None and any(d.free for d in self.drafters)
+        return self.lengths.draft_max + (self.lengths.draft_extend if extendable else 0)
+
+    def _propose(self, d: Drafter, history: Sequence[int], draft_len: int) -> Draft:
+        return d.propose(history, draft_len=draft_len, draft_p_min=self.lengths.draft_p_min, sampled=self.sampled,
+                         sampling=self.sampling, rng=self.rng)
+
+    def play(self, history: Sequence[int], remaining: int) -> tuple[Round, Emitted]:
+        """One round after `history`, which may emit at most `remaining` tokens. A round of K drafts
+        emits up to K + 1 and needs K + 1 free KV slots; its verify fits one batch."""
+        target, controller, lengths = self.target, self.controller, self.lengths
+        draft_max = min(lengths.draft_max, remaining - 1, target.n_batch - 1)
+        t_round = clock.now()
+        choice: Choice | None = None
+        proposals: dict[str, Draft] = {}  # free drafters' proposals, asked before the choice
+        d = Draft((), ())
+        draft_tokens: tuple[int, ...] = ()
+        q_rows: tuple = ()
+        ext_by, ext_grade, ext_n = None, 0, 0  # a free drafter's tokens appended to a model's draft
+        check_s, paused, checked, check_failed = 0.0, False, False, False
+        if self.drafters and draft_max > 0 and (self.drafting is None or self.drafting()):
+            if controller is None:  # --fixed: the first drafter, draft_max every round
+                choice = Choice(self.drafters[0].name, draft_max)
+            else:
+                candidates = []
+                for dr in self.drafters:
+                    if dr.free:
+                        p = proposals[dr.name] = self._propose(dr, history, draft_max)
+                        candidates.append(Candidate(dr.name, free=True, match_len=len(p.tokens), grade=p.grade))
+                    else:
+                        candidates.append(Candidate(dr.name, backlog=dr.backlog(history), kv_shared=dr.kv_shared))
+                choice = controller.choose(drafters=candidates, draft_max=draft_max, draft_min=lengths.draft_min,
+                                           allow_none=not lengths.always_draft, remaining=remaining)
+                paused = choice.drafter is None and any(
+                    c.match_len is None or c.match_len >= max(1, lengths.draft_min) for c in candidates)
+            if choice.drafter is not None:
+                d = proposals.get(choice.drafter)  # type: ignore[assignment]
+                if d is not None:
+                    d = Draft(d.tokens[:choice.draft_len], d.q_rows[:choice.draft_len])
+                    if choice.check is not None and d.tokens:
+                        d, choice, check_s = self._checked(d, choice, self.by_name[choice.check], history)
+                        checked, check_failed = True, choice.check is None
+                else:
+                    d = self._propose(self.by_name[choice.drafter], history, choice.draft_len)
+                if len(d.tokens) >= lengths.draft_min:
+                    draft_tokens, q_rows = d.tokens, d.q_rows
+                    if choice.extend is not None and choice.drafter not in proposals and len(d.tokens) == choice.draft_len:
+                        # a model's full proposal: a free drafter's continuation of it, as much as pays
+                        room = min(lengths.draft_extend, remaining - 1 - len(d.tokens), target.n_batch - 1 - len(d.tokens))
+                        ext_by, ext = self._extension(choice, d.tokens, history, room=room)
+                        if ext.tokens:
+                            draft_tokens, q_rows = d.tokens + ext.tokens, d.q_rows + ext.q_rows
+                            ext_grade, ext_n = ext.grade, len(ext.tokens)
+        elif controller is not None and self.drafters and draft_max <= 0:
+            # one token left: a round of the target alone whatever the controller would say, and
+            # a free measurement of its cost, a (it resets the retry of the target alone)
+            choice = Choice(None, 0)
+
+        kd = len(draft_tokens)
+        n_keep = target.n_past + 1  # the last history token stays in every case
+        t = clock.now()
+        target.decode([history[-1], *draft_tokens], logits="all")
+        verify_s = clock.now() - t
+        if kd == 0:
+            verdict = Verdict(0, pick(target.logits(0), self.sampling, self.rng), False)
+        else:
+            verdict = self._accept(draft_tokens, q_rows)
+        n = verdict.n_accepted
+        if kd:
+            target.truncate(n_keep + n)  # drop KV of rejected drafts (and of nothing if all kept)
+        emitted = [*draft_tokens[:n], verdict.token]
+        proposer = choice.drafter if choice is not None else None
+        own = kd - ext_n
+        scored = {name: Scored(len(p.tokens), common_prefix(p.tokens, emitted), p.grade)
+                  for name, p in proposals.items() if choice is None or name != choice.drafter}
+        record = Round(
+            choice=choice, drafted=kd, accepted=n, emitted=len(emitted),
+            round_s=clock.now() - t_round - d.catchup_s,  # catching up on history it missed is not this round's
+            draft_s=d.decode_s - d.catchup_s, free=choice is not None and choice.drafter in proposals,
+            scored=scored, catchup_tokens=d.catchup_tokens, catchup_s=d.catchup_s, draft_first_s=d.first_s,
+            draft_calls=d.decode_calls, check_s=check_s, extended=ext_n, extended_by=ext_by,
+            extended_grade=ext_grade, verify_s=verify_s, paused=paused, checked=checked, check_failed=check_failed,
+        )
+        out: Emitted = [(x, Source.DRAFT, proposer if i < own else ext_by) for i, x in enumerate(draft_tokens[:n])]
+        if kd == 0:
+            out.append((verdict.token, Source.TARGET, None))
+        else:
+            out.append((verdict.token, Source.BONUS if verdict.bonus else Source.CORRECTION, None))
+        return record, out
+
+    def _accept(self, draft_tokens: tuple[int, ...], q_rows: tuple) -> Verdict:
+        kd = len(draft_tokens)
+        if self.rule is AcceptRule.GREEDY:
+            argmax = [int(np.argmax(self.target.logits(i))) for i in range(kd + 1)]
+            return accept_greedy(draft_tokens, argmax)
+        rows = TargetRows(self.target, self.sampling)
+        if self.rule is AcceptRule.REJECTION:
+            return accept_rejection(draft_tokens, q_rows=q_rows, p_rows=rows, rng=self.rng,
+                                    variant=self.speculative.variant)
+        return accept_match(draft_tokens, p_rows=rows, rng=self.rng)
+
+    def _extension(self, choice: Choice, drafts: tuple[int, ...], history: Sequence[int], *,
+                   room: int) -> tuple[str | None, Draft]:
+        """(free drafter, its tokens) to append to the chosen model's full proposal `drafts`: a free
+        drafter's continuation of history + drafts, as many tokens as pay for their verify rows
+        (`Choice.extend`), at most `room`. Lossless: a function of the history and the drafts
+        (q one-hot), so each position's q is still what drew its token."""
+        if room <= 0 or choice.extend is None:
+            return None, Draft((), ())
+        for d in self.drafters:
+            if not d.free:
+                continue
+            cont = d.continue_after(history, drafts, draft_len=room)
+            e = choice.extend(choice.drafter, draft_len=len(drafts), free=d.name, grade=cont.grade,
+                              match_len=len(cont.tokens))
+            if e > 0:
+                return d.name, Draft(cont.tokens[:e], cont.q_rows[:e], grade=cont.grade)
+        return None, Draft((), ())
+
+    def _checked(self, proposal: Draft, choice: Choice, model: Drafter,
+                 history: Sequence[int]) -> tuple[Draft, Choice, float]:
+        """A free drafter's proposal checked by draft model `model`'s first token (`Choice.check`):
+        (the round's draft, its choice, the check's seconds). Where the two first tokens agree the
+        proposal runs (check's seconds: the model's call), its first q row the model's: at T > 0
+        that token is the model's draw, the rest of the proposal a function of it and the
+        history, so each position's q is what drew it and rejection sampling stays exact. Where
+        they differ the round is the model's, `choice.check_len` tokens from the one it drafted
+        (its seconds the round's drafting)."""
+        head = self._propose(model, history, 1)
+        if head.tokens and head.tokens[0] == proposal.tokens[0]:
+            return Draft(proposal.tokens, (head.q_rows[0], *proposal.q_rows[1:])), choice, head.decode_s
+        rest = (self._propose(model, [*history, *head.tokens], choice.check_len - 1)
+                if head.tokens and choice.check_len > 1 else Draft((), ()))
+        merged = Draft(head.tokens + rest.tokens, head.q_rows + rest.q_rows, head.decode_s + rest.decode_s,
+                       head.catchup_s + rest.catchup_s, head.decode_calls + rest.decode_calls,
+                       head.catchup_tokens + rest.catchup_tokens, first_s=head.first_s)
+        return merged, Choice(model.name, choice.check_len, extend=choice.extend), 0.0
