@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from ggufspec.console.conversation import Conversation, fit
-from ggufspec.console.settings import ChatSettings, Command, help_text, parse_command
+from ggufspec.console.slash import ChatSettings, Command, help_text, parse_command
 from ggufspec.errors import UserError
 from ggufspec.runtime import load_pair
 from ggufspec.settings import ContextSettings, PairSettings
@@ -284,14 +284,14 @@ def test_commands_parse_and_refuse_in_one_line() -> None:
 
 def test_settings_change_live_and_stay_consistent() -> None:
     s = ChatSettings()
-    assert not s.speculative().length.fixed and not s.speculative().length.always_draft and s.sampling().greedy
+    assert not s.speculative.length.fixed and not s.speculative.length.always_draft and s.sampling().greedy
     k4 = s.apply(Command("k", "4"))
-    assert (k4.draft_max, k4.fixed, k4.speculative().length.fixed) == (4, True, True)
+    assert (k4.draft_max, k4.fixed, k4.speculative.length.fixed) == (4, True, True)
     auto = k4.apply(Command("k", "auto"))
     assert (auto.draft_max, auto.fixed) == (4, False)
     hot = s.apply(Command("temp", "0.8")).apply(Command("top-p", "0.9"))
     assert hot.sampling().temperature == 0.8 and hot.sampling().top_p == 0.9
-    assert hot.speculative().rule_for(hot.sampling()).value == "rejection"
+    assert hot.speculative.rule_for(hot.sampling()).value == "rejection"
     assert hot.apply(Command("accept", "match")).describe().endswith("accept match, max 512 tokens a reply")
     greedy = s.apply(Command("accept", "greedy"))
     for bad, words in [(Command("k", "0"), "/draft none"), (Command("k", "65"), "[1, 64]"),
