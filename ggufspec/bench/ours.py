@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -63,17 +64,20 @@ class Ours:
         from ggufspec.loop.control import DraftController
         from ggufspec.loop.engine import generate
         from ggufspec.loop.sampling import SamplingSettings
-        from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
+        from ggufspec.loop.speculation import SpeculativeSettings
 
         sampling = SamplingSettings(temperature=cfg.temperature, seed=seed)
         labels = [] if cfg.is_baseline else cfg.draft.split("+")  # "Q4_1+lookup": both
         if cfg.is_baseline:
             spec = SpeculativeSettings()
-        else:
-            spec = SpeculativeSettings(
+        else:  # the bench's flags (plan.speculative), with what this configuration varies
+            base = self.plan.speculative or SpeculativeSettings()
+            spec = replace(
+                base.with_length(draft_max=cfg.draft_max, fixed=cfg.fixed, always_draft=cfg.always_draft,
+                                 draft_min=min(base.length.draft_min, cfg.draft_max)),  # a K sweep below it: all of it
                 accept=None if cfg.accept == "greedy" else AcceptRule.parse(cfg.accept),
-                length=DraftLengthSettings(draft_max=cfg.draft_max, fixed=cfg.fixed, always_draft=cfg.always_draft),
             )
+
         def gen(target: Any, drafters: tuple, controller: DraftController):
             return generate(
                 target=target, prompt=self.tokens[prompt.id], drafters=drafters, max_tokens=self.plan.max_tokens,
