@@ -339,8 +339,8 @@ def test_session_conversation_round_trips_and_bad_meta_is_refused() -> None:
 def test_bad_flags_fail_in_one_line_before_loading(tmp_path: Path) -> None:
     for extra, words in [(["--temp", "-1"], "temperature must be >= 0"),
                          (["--accept", "greedy", "--temp", "0.5"], "needs --temp 0"),
-                         (["--draft-max", "0"], "K (draft-max) must be in [1, 64]"),
-                         (["--draft-max", "100000"], "K (draft-max) must be in [1, 64], got 100000"),
+                         (["--draft-max", "0"], "draft-max must be in [1, 64]"),
+                         (["--draft-max", "100000"], "draft-max must be in [1, 64], got 100000; draft 1 to 64"),
                          (["--seed", str(2**63)], "seed must be in [0, 9223372036854775807]"),
                          (["--session", str(tmp_path)], "it is a folder, which saving would replace"),
                          (["--session", str(tmp_path / "missing" / "talk.bin")], "does not exist"),
