@@ -109,8 +109,8 @@ class Ours:
         """c per draft model and the verify cost of K+1 rows, timed turn about on the first prompt."""
         plan = self.plan
         prompt = self.tokens[plan.prompts[0].id]
-        ks = sorted({c.draft_max for c in plan.configs if c.engine == "ggufspec" and c.draft_max > 0} | {1})
-        sizes = sorted({1} | {k + 1 for k in ks})
+        draft_lens = sorted({c.draft_max for c in plan.configs if c.engine == "ggufspec" and c.draft_max > 0} | {1})
+        sizes = sorted({1} | {n + 1 for n in draft_lens})  # a verify of a draft_len-token draft: draft_len + 1 rows
         models = {label: d for label, d in self.drafters.items() if label != LOOKUP}
         contexts: dict[str, Any] = {"__target__": self.pair.target_ctx}
         contexts.update({label: d.ctx for label, d in models.items()})
