@@ -113,11 +113,10 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from ggufspec import bench
+    from ggufspec.loop.sampling import SamplingSettings
     from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
 
     # ---- validate everything before loading anything ----------------------------------------
-    from ggufspec.loop.sampling import SamplingSettings
-
     speculative = speculative_settings(args)  # the one draft-max limit and message (settings.DRAFT_MAX_LIMIT)
     if not args.temp >= 0:  # NaN too
         raise UserError(f"--temp must be >= 0, got {args.temp}")
