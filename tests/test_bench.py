@@ -15,6 +15,7 @@ import pytest
 from ggufspec import bench
 from ggufspec.cli import main
 from ggufspec.errors import UserError
+from ggufspec.loop.speculation import SpeculativeSettings
 
 # ---- the expected speedup (Leviathan et al. 2023, Theorem 3.8) ---------------------------------
 
@@ -171,8 +172,8 @@ def test_bench_library_on_tiny_models(tmp_path: Path, tiny_target_q8: Path, tiny
     plan = bench.make_plan(
         prompts=bench.load_prompts(_tiny_prompts(tmp_path)), target=str(tiny_target_q8),
         drafts=[bench.DraftSpec(label="q8", ref=str(tiny_draft_q8)), bench.DraftSpec(label="lookup", ref="lookup")],
-        k_values=(1, 3), default_k=4, temperature=0.8, repeats=1, max_tokens=12, n_ctx=512, n_threads=1,
-        native=native, native_k=(2,), llama_cpp_peer=False, sweep_all_drafts=False, lockstep=lockstep,
+        sweep_draft_lens=(1, 3), speculative=SpeculativeSettings.from_options(draft_max=4), temperature=0.8, repeats=1, max_tokens=12, n_ctx=512, n_threads=1,
+        native=native, native_draft_lens=(2,), llama_cpp_peer=False, sweep_all_drafts=False, lockstep=lockstep,
     )
     seen: list[tuple[int, int]] = []
     t0 = time.perf_counter()
@@ -245,7 +246,7 @@ def _hand_plan():
     ]
     plan = bench.make_plan(
         prompts=prompts, target="t.gguf", drafts=[bench.DraftSpec(label="d", ref="d.gguf")],
-        k_values=(2,), default_k=4, temperature=0.0, repeats=3, native=False, llama_cpp_peer=False, sweep_all_drafts=False,
+        sweep_draft_lens=(2,), speculative=SpeculativeSettings.from_options(draft_max=4), temperature=0.0, repeats=3, native=False, llama_cpp_peer=False, sweep_all_drafts=False,
     )
     # one draft model (the default: it alone under the controller) and lookup beside it
     lookup = bench.configs.Config(name="lookup K<=4", draft="lookup", draft_max=4, fixed=False, group="drafts")
@@ -388,18 +389,18 @@ def test_compared_quants_run_alone_and_stay_out_of_the_default_configuration() -
         bench.DraftSpec(label="Q2_K", ref="q2k.gguf", compared=True),
         bench.DraftSpec(label="lookup", ref="lookup"),
     ]
-    plan = bench.make_plan(prompts=prompts, target="t.gguf", drafts=drafts, k_values=(2,), default_k=8,
+    plan = bench.make_plan(prompts=prompts, target="t.gguf", drafts=drafts, sweep_draft_lens=(2,), speculative=SpeculativeSettings.from_options(draft_max=8),
                            temperature=0.0, repeats=1, native=False, llama_cpp_peer=False, sweep_all_drafts=True)
     names = [c.name for c in plan.configs]
     assert plan.default_config == "Q4_1+lookup K<=8"
     assert {"Q2_K K<=8", "Q2_K K<=8 always-draft", "Q2_K K=2", "Q4_1 K<=8", "lookup K<=8"} <= set(names)
     assert not any("Q2_K" in n and "+" in n for n in names)
     # one own draft beside compared ones: the default is that draft alone, listed once
-    solo = bench.make_plan(prompts=prompts, target="t.gguf", drafts=drafts[:2], k_values=(2,), default_k=8,
+    solo = bench.make_plan(prompts=prompts, target="t.gguf", drafts=drafts[:2], sweep_draft_lens=(2,), speculative=SpeculativeSettings.from_options(draft_max=8),
                            temperature=0.0, repeats=1, native=False, llama_cpp_peer=False)
     assert solo.default_config == "Q4_1 K<=8" and [c.name for c in solo.configs].count("Q4_1 K<=8") == 1
     with pytest.raises(UserError, match="compared"):
-        bench.make_plan(prompts=prompts, target="t.gguf", drafts=drafts[1:2], k_values=(2,), default_k=8,
+        bench.make_plan(prompts=prompts, target="t.gguf", drafts=drafts[1:2], sweep_draft_lens=(2,), speculative=SpeculativeSettings.from_options(draft_max=8),
                         temperature=0.0, repeats=1, native=False, llama_cpp_peer=False)
 
 
@@ -412,8 +413,8 @@ def test_a_lockstep_lane_is_warmed_before_its_first_measured_generation(
 
     plan = bench.make_plan(
         prompts=bench.load_prompts(_tiny_prompts(tmp_path)), target=str(tiny_target_q8),
-        drafts=[bench.DraftSpec(label="q8", ref=str(tiny_draft_q8))], k_values=(3,), default_k=4,
-        temperature=0.0, repeats=1, max_tokens=12, n_ctx=512, n_threads=1, native=None, native_k=(),
+        drafts=[bench.DraftSpec(label="q8", ref=str(tiny_draft_q8))], sweep_draft_lens=(3,), speculative=SpeculativeSettings.from_options(draft_max=4),
+        temperature=0.0, repeats=1, max_tokens=12, n_ctx=512, n_threads=1, native=None, native_draft_lens=(),
         llama_cpp_peer=False, sweep_all_drafts=False, lockstep=True,
     )
     ours = Ours(plan)

@@ -13,6 +13,7 @@ from ggufspec import bench
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.cli import main
 from ggufspec.errors import UserError
+from ggufspec.loop.speculation import SpeculativeSettings
 
 
 def _contents(prompts) -> set[str]:
@@ -62,7 +63,7 @@ def _plan():
     prompts = [bp("t1", "chat", "tuned"), bp("t2", "code", "tuned"), bp("h1", "chat", "heldout"), bp("h2", "maths", "heldout")]
     return bench.make_plan(
         prompts=prompts, target="t.gguf", drafts=[bench.DraftSpec(label="d", ref="d.gguf")],
-        k_values=(2,), default_k=4, temperature=0.0, repeats=1, native=False, llama_cpp_peer=False, sweep_all_drafts=False,
+        sweep_draft_lens=(2,), speculative=SpeculativeSettings.from_options(draft_max=4), temperature=0.0, repeats=1, native=False, llama_cpp_peer=False, sweep_all_drafts=False,
     )
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from ggufspec.console.conversation import Conversation, fit
-from ggufspec.console.settings import ChatSettings, Command, help_text, parse_command
+from ggufspec.console.slash import ChatSettings, Command, help_text, parse_command
 from ggufspec.errors import UserError
 from ggufspec.runtime import load_pair
 from ggufspec.settings import ContextSettings, PairSettings
@@ -284,14 +284,14 @@ def test_commands_parse_and_refuse_in_one_line() -> None:
 
 def test_settings_change_live_and_stay_consistent() -> None:
     s = ChatSettings()
-    assert not s.speculative().length.fixed and not s.speculative().length.always_draft and s.sampling().greedy
+    assert not s.speculative.length.fixed and not s.speculative.length.always_draft and s.sampling().greedy
     k4 = s.apply(Command("k", "4"))
-    assert (k4.draft_max, k4.fixed, k4.speculative().length.fixed) == (4, True, True)
+    assert (k4.draft_max, k4.fixed, k4.speculative.length.fixed) == (4, True, True)
     auto = k4.apply(Command("k", "auto"))
     assert (auto.draft_max, auto.fixed) == (4, False)
     hot = s.apply(Command("temp", "0.8")).apply(Command("top-p", "0.9"))
     assert hot.sampling().temperature == 0.8 and hot.sampling().top_p == 0.9
-    assert hot.speculative().rule_for(hot.sampling()).value == "rejection"
+    assert hot.speculative.rule_for(hot.sampling()).value == "rejection"
     assert hot.apply(Command("accept", "match")).describe().endswith("accept match, max 512 tokens a reply")
     greedy = s.apply(Command("accept", "greedy"))
     for bad, words in [(Command("k", "0"), "/draft none"), (Command("k", "65"), "[1, 64]"),
@@ -339,8 +339,8 @@ def test_session_conversation_round_trips_and_bad_meta_is_refused() -> None:
 def test_bad_flags_fail_in_one_line_before_loading(tmp_path: Path) -> None:
     for extra, words in [(["--temp", "-1"], "temperature must be >= 0"),
                          (["--accept", "greedy", "--temp", "0.5"], "needs --temp 0"),
-                         (["--draft-max", "0"], "K (draft-max) must be in [1, 64]"),
-                         (["--draft-max", "100000"], "K (draft-max) must be in [1, 64], got 100000"),
+                         (["--draft-max", "0"], "draft-max must be in [1, 64]"),
+                         (["--draft-max", "100000"], "draft-max must be in [1, 64], got 100000; draft 1 to 64"),
                          (["--seed", str(2**63)], "seed must be in [0, 9223372036854775807]"),
                          (["--session", str(tmp_path)], "it is a folder, which saving would replace"),
                          (["--session", str(tmp_path / "missing" / "talk.bin")], "does not exist"),

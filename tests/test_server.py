@@ -39,7 +39,7 @@ import web_serve  # noqa: E402
 from ggufspec.ggufinfo import read_model_info  # noqa: E402
 from ggufspec.llama.lib import high_level_repack  # noqa: E402
 from ggufspec.loop.exactness import auto_cache_type  # noqa: E402
-from ggufspec.loop.speculation import DraftLengthSettings  # noqa: E402
+from ggufspec.loop.speculation import SpeculativeSettings  # noqa: E402
 from ggufspec.models.resolve import PairRefs  # noqa: E402
 from ggufspec.runtime import load_pair  # noqa: E402
 from ggufspec.server import adapter, create_app, open_pair  # noqa: E402
@@ -503,7 +503,7 @@ def gated(tiny_target_q8: Path, tiny_draft_q8: Path):
     ) as pair:
         mp.setattr(adapter, "start_generation", lambda pair, request: gate.start_generation(real, pair, request))
         app = create_app(pair=pair, model_name="gated", api_key=API_KEY, queue_size=1,
-                         draft_length=DraftLengthSettings(always_draft=True))
+                         speculative=SpeculativeSettings.from_options(always_draft=True))
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))

@@ -4,7 +4,7 @@ A bench is a plan of configurations run on the same prompts, target alone and sp
 alternated inside every (repeat, prompt) block, so that a slow minute on a shared machine hits
 both sides alike. Figures are medians: per prompt over repeats, then over prompts.
 
-    plan = make_plan(prompts=load_prompt_sets("both"), k_values=(1, 2, 4, 8), repeats=3)
+    plan = make_plan(prompts=load_prompt_sets("both"), sweep_draft_lens=(1, 2, 4, 8), repeats=3)
     result = run_bench(plan)
     write_outputs(result, Path("bench-out"))
 

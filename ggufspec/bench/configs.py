@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.errors import UserError
-from ggufspec.settings import DRAFT_MAX
+
+if TYPE_CHECKING:
+    from ggufspec.loop.speculation import SpeculativeSettings
 
 BASELINE = "none"  # draft label of the target alone
 LOOKUP = "lookup"
@@ -40,7 +42,7 @@ class Config:
     engine: str = "ggufspec"
     draft: str = BASELINE
     draft_max: int = 0  # --draft-max (fixed: every round; controlled: the largest K)
-    fixed: bool = True  # --fixed; False: the controller chooses drafter and K each round
+    fixed: bool = True  # --fixed; False: the controller chooses drafter and draft length each round
     always_draft: bool = False  # --always-draft: the controller never runs the target alone
     accept: str = "greedy"  # greedy | rejection | match
     temperature: float = 0.0
@@ -77,6 +79,9 @@ class BenchPlan:
     # our configurations of a (repeat, prompt) block run in lockstep, each on its own contexts
     # (ggufspec.bench.lockstep); False (--sequential): one after the other on the pair's contexts
     lockstep: bool = True
+    # the speculation flags (--draft-min, --draft-p-min, --draft-extend, --variant) every one of our
+    # configurations runs with; each Config sets its own draft_max, fixed, always_draft and accept
+    speculative: SpeculativeSettings | None = None  # None: the defaults
 
 
 def make_plan(
@@ -84,8 +89,8 @@ def make_plan(
     prompts: Sequence[BenchPrompt],
     target: str | None = None,
     drafts: Sequence[DraftSpec] | None = None,
-    k_values: Sequence[int] = (1, 2, 4, 8),
-    default_k: int = DRAFT_MAX,
+    sweep_draft_lens: Sequence[int] = (1, 2, 4, 8),
+    speculative: SpeculativeSettings | None = None,
     temperature: float = 0.8,
     repeats: int = 3,
     max_tokens: int = 128,
@@ -97,7 +102,7 @@ def make_plan(
     native: bool | Path | None = None,
     llama_cpp_peer: bool = True,
     transformers_peer: bool = False,
-    native_k: Sequence[int] | None = None,
+    native_draft_lens: Sequence[int] | None = None,
     llama_bench: bool = True,
     microbench: bool = True,
     quick: bool = False,
@@ -112,13 +117,17 @@ def make_plan(
         drafts: drafters. None = the embedded default draft and lookup. The default configuration
             drafts with all of them but the `compared` ones under the controller, as `ggufspec run`
             would; each is also run alone (controlled, always-draft) and at fixed K.
-        k_values: the K sweep (fixed draft length) run with the first draft, and with every
-            draft when `sweep_all_drafts`.
-        default_k: draft_max of the controlled configurations.
+        sweep_draft_lens: the fixed draft lengths swept (--sweep-k), with the first draft, and
+            with every draft when `sweep_all_drafts`.
+        speculative: the speculation flags (ggufspec.commands.speculation; None: their
+            defaults). They are the default configuration's settings: its draft_max (every
+            controlled configuration's cap), fixed and always_draft; accept picks the sampling
+            sweep's rule (default: rejection and match, side by side); draft_min, draft_p_min,
+            draft_extend and variant hold for every configuration of ours.
         temperature: the sampling sweep's temperature (rejection vs match); 0 skips it.
         native: the directory of llama.cpp's native binaries, True to look in the cache,
             False/None to skip the native peers.
-        native_k: K values for llama-speculative-simple (default: k_values).
+        native_draft_lens: fixed draft lengths for llama-speculative-simple (default: sweep_draft_lens).
         lockstep: run our configurations of each (repeat, prompt) block in lockstep (see
             ggufspec.bench.lockstep); False: one after the other.
 
@@ -126,18 +135,24 @@ def make_plan(
         UserError: bad K values, repeats, token counts.
     """
     from ggufspec.bench.peers import find_native  # peers imports this module
+    from ggufspec.loop.sampling import SamplingSettings
+    from ggufspec.loop.speculation import SpeculativeSettings
     from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
 
     if repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {repeats}")
     if max_tokens < 2:
         raise UserError(f"max tokens must be >= 2, got {max_tokens}")
-    if not k_values or any(k < 1 for k in k_values):
-        raise UserError(f"--sweep-k takes positive integers, got {list(k_values)}")
-    if default_k < 1:
-        raise UserError(f"the default draft length must be >= 1, got {default_k}")
+    if not sweep_draft_lens or any(n < 1 for n in sweep_draft_lens):
+        raise UserError(f"--sweep-k takes positive integers, got {list(sweep_draft_lens)}")
+    speculative = speculative or SpeculativeSettings()
+    for n in sweep_draft_lens:  # the one draft-max limit (settings.DRAFT_MAX_LIMIT)
+        speculative.with_length(draft_max=n, draft_min=0)
+    draft_max = speculative.length.draft_max
+    rules = ("rejection", "match") if speculative.accept is None else (speculative.accept.value,)
     if temperature < 0 or not math.isfinite(temperature):
         raise UserError(f"--temp must be >= 0, got {temperature}")
+    speculative.rule_for(SamplingSettings(temperature=temperature))  # --accept greedy with the sampling sweep: refused
     if not prompts:
         raise UserError("no prompts to run")
     target = target or DEFAULT_TARGET
@@ -148,7 +163,7 @@ def make_plan(
     labels = [d.label for d in drafts]
     if len(set(labels)) != len(labels):
         raise UserError(f"two drafts share a label: {labels}; name them apart")
-    k_values = tuple(sorted(set(int(k) for k in k_values)))
+    sweep_draft_lens = tuple(sorted(set(int(n) for n in sweep_draft_lens)))
     own = [d for d in drafts if not d.compared]
     if not own:
         raise UserError("every draft is a compared one; give at least one --draft")
@@ -157,23 +172,28 @@ def make_plan(
     together = "+".join(d.label for d in own)
 
     configs: list[Config] = [Config(name="target alone", group="baseline")]
-    default_name = f"{together} K<={default_k}"
-    configs.append(Config(name=default_name, draft=together, draft_max=default_k, fixed=False, group="default"))
+    # the default configuration: the flags' (--fixed: the first drafter, draft_max every round)
+    fixed, always = speculative.length.fixed, speculative.length.always_draft and not speculative.length.fixed
+    default_name = f"{together} K{'=' if fixed else '<='}{draft_max}" + (" always-draft" if always else "")
+    configs.append(Config(name=default_name, draft=together, draft_max=draft_max, fixed=fixed, always_draft=always,
+                          group="default"))
+    plain_default = not (fixed or always)
     for d in drafts:
         if fixed_vs_adaptive:
-            if own != [d]:  # this drafter alone under the controller ("lookup K<=8"), unless that is the default
-                configs.append(Config(name=f"{d.label} K<={default_k}", draft=d.label, draft_max=default_k,
+            if own != [d] or not plain_default:  # this drafter alone under the controller ("lookup K<=8"), unless that is the default
+                configs.append(Config(name=f"{d.label} K<={draft_max}", draft=d.label, draft_max=draft_max,
                                       fixed=False, group="drafts"))
-            configs.append(Config(name=f"{d.label} K<={default_k} always-draft", draft=d.label, draft_max=default_k,
-                                  fixed=False, always_draft=True, group="drafts"))
+            if own != [d] or not always:
+                configs.append(Config(name=f"{d.label} K<={draft_max} always-draft", draft=d.label,
+                                      draft_max=draft_max, fixed=False, always_draft=True, group="drafts"))
         if d is default or sweep_all_drafts:
-            for k in k_values:
-                configs.append(Config(name=f"{d.label} K={k}", draft=d.label, draft_max=k, group="k-sweep"))
+            for n in sweep_draft_lens:
+                configs.append(Config(name=f"{d.label} K={n}", draft=d.label, draft_max=n, group="k-sweep"))
     if temperature > 0:
         configs.append(Config(name=f"target alone T={temperature:g}", temperature=temperature, group="baseline"))
-        for rule in ("rejection", "match"):
+        for rule in rules:
             configs.append(Config(
-                name=f"{together} {rule} T={temperature:g}", draft=together, draft_max=default_k,
+                name=f"{together} {rule} T={temperature:g}", draft=together, draft_max=draft_max,
                 fixed=False, accept=rule, temperature=temperature, group="sampling",
             ))
 
@@ -181,14 +201,14 @@ def make_plan(
     if native:
         native_bin = native if isinstance(native, Path) else find_native()
         if native_bin is not None and default.ref != LOOKUP:
-            for k in native_k or k_values:
-                configs.append(Config(name=f"native {default.label} K={k}", engine="native", draft=default.label, draft_max=k, group="peer"))
+            for n in native_draft_lens or sweep_draft_lens:
+                configs.append(Config(name=f"native {default.label} K={n}", engine="native", draft=default.label, draft_max=n, group="peer"))
     if llama_cpp_peer:
         configs.append(Config(name="llama-cpp-python alone", engine="llama-cpp-python", group="peer"))
         configs.append(Config(name="llama-cpp-python lookup", engine="llama-cpp-python", draft=LOOKUP, draft_max=10, group="peer"))
     if transformers_peer and default.ref != LOOKUP:
         configs.append(Config(name="transformers alone", engine="transformers", group="peer"))
-        configs.append(Config(name=f"transformers assisted {default.label}", engine="transformers", draft=default.label, draft_max=default_k, fixed=False, group="peer"))
+        configs.append(Config(name=f"transformers assisted {default.label}", engine="transformers", draft=default.label, draft_max=draft_max, fixed=False, group="peer"))
 
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
@@ -197,6 +217,7 @@ def make_plan(
         target=target, target_label=draft_label(target), drafts=tuple(drafts), prompts=tuple(prompts),
         configs=tuple(configs), default_config=default_name, repeats=repeats, max_tokens=max_tokens,
         temperature=temperature, n_ctx=n_ctx, n_threads=n_threads, draft_kv=draft_kv, seed=seed, quick=quick,
+        speculative=speculative,
         native_bin=native_bin, native_requested=bool(native), llama_bench=llama_bench and native_bin is not None,
         microbench=microbench, lockstep=lockstep,
     )

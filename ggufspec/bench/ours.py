@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -63,17 +64,20 @@ class Ours:
         from ggufspec.loop.control import DraftController
         from ggufspec.loop.engine import generate
         from ggufspec.loop.sampling import SamplingSettings
-        from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
+        from ggufspec.loop.speculation import SpeculativeSettings
 
         sampling = SamplingSettings(temperature=cfg.temperature, seed=seed)
         labels = [] if cfg.is_baseline else cfg.draft.split("+")  # "Q4_1+lookup": both
         if cfg.is_baseline:
             spec = SpeculativeSettings()
-        else:
-            spec = SpeculativeSettings(
+        else:  # the bench's flags (plan.speculative), with what this configuration varies
+            base = self.plan.speculative or SpeculativeSettings()
+            spec = replace(
+                base.with_length(draft_max=cfg.draft_max, fixed=cfg.fixed, always_draft=cfg.always_draft,
+                                 draft_min=min(base.length.draft_min, cfg.draft_max)),  # a K sweep below it: all of it
                 accept=None if cfg.accept == "greedy" else AcceptRule.parse(cfg.accept),
-                length=DraftLengthSettings(draft_max=cfg.draft_max, fixed=cfg.fixed, always_draft=cfg.always_draft),
             )
+
         def gen(target: Any, drafters: tuple, controller: DraftController):
             return generate(
                 target=target, prompt=self.tokens[prompt.id], drafters=drafters, max_tokens=self.plan.max_tokens,
@@ -105,8 +109,8 @@ class Ours:
         """c per draft model and the verify cost of K+1 rows, timed turn about on the first prompt."""
         plan = self.plan
         prompt = self.tokens[plan.prompts[0].id]
-        ks = sorted({c.draft_max for c in plan.configs if c.engine == "ggufspec" and c.draft_max > 0} | {1})
-        sizes = sorted({1} | {k + 1 for k in ks})
+        draft_lens = sorted({c.draft_max for c in plan.configs if c.engine == "ggufspec" and c.draft_max > 0} | {1})
+        sizes = sorted({1} | {n + 1 for n in draft_lens})  # a verify of a draft_len-token draft: draft_len + 1 rows
         models = {label: d for label, d in self.drafters.items() if label != LOOKUP}
         contexts: dict[str, Any] = {"__target__": self.pair.target_ctx}
         contexts.update({label: d.ctx for label, d in models.items()})

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ggufspec.bench.configs import LOOKUP, BenchPlan, DraftSpec, draft_label, make_plan
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.errors import UserError
 from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
+
+if TYPE_CHECKING:
+    from ggufspec.loop.speculation import SpeculativeSettings
 
 __all__ = ["REGIMES", "STANDARD", "Regime", "parse_regimes", "regime_plan", "regime_rows", "regimes_markdown",
            "unavailable"]
@@ -80,11 +83,13 @@ def unavailable(regime: Regime) -> str | None:
     return None
 
 
-def regime_plan(regime: Regime, *, prompts: Sequence[BenchPrompt], k_values: Sequence[int], draft_max: int,
+def regime_plan(regime: Regime, *, prompts: Sequence[BenchPrompt], sweep_draft_lens: Sequence[int],
+                speculative: SpeculativeSettings | None = None,
                 repeats: int, max_tokens: int, n_ctx: int, n_threads: int | None, seed: int) -> BenchPlan:
     """The regime's bench: greedy, ours only, in lockstep (see the module docstring)."""
     drafts = tuple(DraftSpec(label=draft_label(ref), ref=ref) for ref in regime.drafts)
-    return make_plan(prompts=prompts, target=regime.target, drafts=drafts, k_values=k_values, default_k=draft_max,
+    return make_plan(prompts=prompts, target=regime.target, drafts=drafts, sweep_draft_lens=sweep_draft_lens,
+                     speculative=speculative,
                      temperature=0.0, repeats=repeats, max_tokens=max_tokens, n_ctx=n_ctx, n_threads=n_threads,
                      sweep_all_drafts=False, native=False, llama_cpp_peer=False, transformers_peer=False,
                      llama_bench=False, microbench=False, seed=seed, lockstep=True)

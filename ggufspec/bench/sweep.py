@@ -15,10 +15,13 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ggufspec.errors import UserError
-from ggufspec.settings import DRAFT_MAX, Layers
+from ggufspec.settings import Layers
+
+if TYPE_CHECKING:
+    from ggufspec.loop.speculation import SpeculativeSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,13 +57,15 @@ def parse_ngl_list(text: str) -> tuple[Layers, ...]:
 
 def run_sweep(*, target: str | None, draft: str | None, prompts: Sequence[object], ngl_values: Sequence[Layers],
               max_tokens: int, repeats: int, n_ctx: int, n_threads: int | None, rpc: str | None,
-              draft_max: int = DRAFT_MAX, progress: Callable[[str], None] | None = None) -> list[SweepPoint]:
-    """Run the sweep (see the module docstring); one SweepPoint per layer count, in order."""
-    from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
+              speculative: SpeculativeSettings | None = None,
+              progress: Callable[[str], None] | None = None) -> list[SweepPoint]:
+    """Run the sweep (see the module docstring); one SweepPoint per layer count, in order.
+    `speculative`: the speculative runs' settings (bench's speculation flags; None: the defaults)."""
+    from ggufspec.loop.speculation import SpeculativeSettings
     from ggufspec.runtime import load_pair
     from ggufspec.settings import ContextSettings, PairSettings
 
-    spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=draft_max))
+    spec = speculative or SpeculativeSettings()
     points: list[SweepPoint] = []
     for ngl in ngl_values:
         settings = PairSettings(context=ContextSettings(n_ctx=n_ctx, n_threads=n_threads), n_gpu_layers=ngl,

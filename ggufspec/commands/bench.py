@@ -38,8 +38,9 @@ import sys
 from pathlib import Path
 
 from ggufspec.commands import add_draft_kv_argument, add_pair_argument, add_rpc_argument
+from ggufspec.commands.speculation import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
-from ggufspec.settings import DRAFT_MAX, check_threads
+from ggufspec.settings import check_threads
 
 QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1}  # per prompt set
 FULL_DRAFT_QUANTS = "Q4_0,Q2_K"
@@ -71,14 +72,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "('standard', the default), as-7b, or 'all'; one bench each (target alone, fixed K, "
                         "always-draft, the default; lockstep, greedy) and regimes.md over them")
     s = p.add_argument_group("sweeps")
+    # --sweep-k keeps its name (K: the fixed draft length of each swept configuration, "Q4_1 K=4");
+    # its values are sweep_draft_lens from here on
     s.add_argument("--sweep-k", default=None, metavar="K,K", help="fixed draft lengths to sweep (default 1,2,4,8; 2,4,8 with --quick)")
     s.add_argument("--sweep-ngl", default=None, metavar="N,N|all",
                    help="instead of the usual bench: target alone and speculative at each count of target layers "
                         "offloaded (GPUs, or RPC workers with --rpc), e.g. 0,8,16,24,all")
-    s.add_argument("--draft-max", type=int, default=DRAFT_MAX, metavar="N",
-                   help=f"draft_max of the adaptive configurations (default {DRAFT_MAX})")
     s.add_argument("--temp", type=float, default=0.8, metavar="T", help="temperature of the rejection vs match sweep (0 skips it; default 0.8)")
     s.add_argument("--seed", type=int, default=1234, help="base seed of the sampled runs")
+    add_speculation_arguments(p.add_argument_group(
+        "speculation (the default configuration's; --draft-max caps every controlled one, --draft-min, "
+        "--draft-p-min, --draft-extend and --variant hold for all of ours, --accept picks the sampling sweep's rule)"))
     r = p.add_argument_group("peers and runtime")
     r.add_argument("--native-dir", metavar="DIR", help="llama.cpp binaries (default: where scripts/build_native.sh puts them)")
     r.add_argument("--no-native", action="store_true", help="skip llama-speculative-simple and llama-bench")
@@ -109,13 +113,17 @@ def _ints(text: str, flag: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from ggufspec import bench
-    from ggufspec.loop.speculation import DraftLengthSettings
+    from ggufspec.loop.sampling import SamplingSettings
     from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
 
     # ---- validate everything before loading anything ----------------------------------------
-    k_values = _ints(args.sweep_k or ("2,4,8" if args.quick else "1,2,4,8"), "--sweep-k")
-    for k in (*k_values, args.draft_max):
-        DraftLengthSettings(draft_max=k)  # the one draft-max limit (settings.DRAFT_MAX_LIMIT)
+    speculative = speculative_settings(args)  # the one draft-max limit and message (settings.DRAFT_MAX_LIMIT)
+    if not args.temp >= 0:  # NaN too
+        raise UserError(f"--temp must be >= 0, got {args.temp}")
+    speculative.rule_for(SamplingSettings(temperature=args.temp))  # --accept greedy and the sampling sweep
+    sweep_draft_lens = _ints(args.sweep_k or ("2,4,8" if args.quick else "1,2,4,8"), "--sweep-k")
+    for n in sweep_draft_lens:
+        speculative.with_length(draft_max=n, draft_min=0)
     if args.max_tokens < 2:
         raise UserError(f"-n must be >= 2, got {args.max_tokens}")
     if args.threads is not None:
@@ -142,11 +150,12 @@ def run(args: argparse.Namespace) -> int:
         native = d
 
     if args.sweep_ngl is not None or args.rpc:
-        return _sweep_ngl(args, prompts, repeats)
+        return _sweep_ngl(args, prompts, repeats, speculative=speculative)
     if args.regimes is not None:
         if args.target or args.draft or args.pair or args.draft_quants:
             raise UserError("--regimes names its own targets and drafts; drop --target/--draft/--pair/--draft-quants")
-        return _regimes(args, prompts, repeats, k_values=_ints(args.sweep_k or "2,4,8", "--sweep-k"))
+        return _regimes(args, prompts, repeats, sweep_draft_lens=_ints(args.sweep_k or "2,4,8", "--sweep-k"),
+                        speculative=speculative)
 
     # nothing named: the default pair's draft and lookup; a target alone: lookup
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair, extra_drafts=True,
@@ -167,10 +176,10 @@ def run(args: argparse.Namespace) -> int:
                 seen.add(d.label)
 
     plan = bench.make_plan(
-        prompts=prompts, target=target, drafts=drafts, k_values=k_values, default_k=args.draft_max,
+        prompts=prompts, target=target, drafts=drafts, sweep_draft_lens=sweep_draft_lens, speculative=speculative,
         temperature=args.temp, repeats=repeats, max_tokens=args.max_tokens, n_ctx=args.ctx,
         n_threads=args.threads, draft_kv=args.draft_kv, sweep_all_drafts=not args.quick, native=native,
-        native_k=None, llama_cpp_peer=not args.no_peers,
+        native_draft_lens=None, llama_cpp_peer=not args.no_peers,
         transformers_peer=not (args.no_peers or args.no_transformers or args.quick), quick=args.quick, seed=args.seed,
         lockstep=not args.sequential,
     )
@@ -224,7 +233,8 @@ def _run_with_bar(plan, *, console, prefix: str = ""):
         return bench.run_bench(plan, progress=progress)
 
 
-def _regimes(args: argparse.Namespace, prompts: list, repeats: int, *, k_values: list[int]) -> int:
+def _regimes(args: argparse.Namespace, prompts: list, repeats: int, *, sweep_draft_lens: list[int],
+             speculative) -> int:
     """`--regimes`: one lockstep bench per cost regime into --out/REGIME, then regimes.md/json."""
     from rich.console import Console
 
@@ -245,7 +255,8 @@ def _regimes(args: argparse.Namespace, prompts: list, repeats: int, *, k_values:
             err.print(f"[yellow]regime {regime.name} skipped: {why}[/]")
             rows += regime_rows(regime, None, note=why)
             continue
-        plan = regime_plan(regime, prompts=prompts, k_values=k_values, draft_max=args.draft_max, repeats=repeats,
+        plan = regime_plan(regime, prompts=prompts, sweep_draft_lens=sweep_draft_lens, speculative=speculative,
+                           repeats=repeats,
                            max_tokens=args.max_tokens, n_ctx=args.ctx, n_threads=args.threads, seed=args.seed)
         result = _run_with_bar(plan, console=err, prefix=f"{regime.name}: ")
         bench.write_outputs(result, out / regime.name, plots=not args.no_plots)
@@ -266,7 +277,7 @@ def _regimes(args: argparse.Namespace, prompts: list, repeats: int, *, k_values:
     return 0
 
 
-def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int) -> int:
+def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int, *, speculative) -> int:
     """`--sweep-ngl`: ggufspec.bench.sweep (layers offloaded against tokens/s and speedup)."""
     from rich.console import Console
 
@@ -283,7 +294,7 @@ def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int) -> int:
     err = Console(stderr=True, highlight=False)
     points = run_sweep(target=refs.target, draft=draft, prompts=prompts, ngl_values=ngl_values,
                        max_tokens=args.max_tokens, repeats=repeats, n_ctx=args.ctx, n_threads=args.threads,
-                       rpc=args.rpc, draft_max=args.draft_max, progress=lambda msg: err.print(f"[dim]{msg}[/]"))
+                       rpc=args.rpc, speculative=speculative, progress=lambda msg: err.print(f"[dim]{msg}[/]"))
     meta = {"target": str(refs.target), "draft": str(draft), "rpc": args.rpc, "prompts": len(prompts),
             "repeats": repeats, "max_tokens": args.max_tokens,
             "title": f"tokens/s against target layers offloaded{' (RPC ' + args.rpc + ')' if args.rpc else ''}"}

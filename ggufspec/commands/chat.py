@@ -25,8 +25,8 @@ import sys
 from pathlib import Path
 
 from ggufspec.commands import add_draft_kv_argument, add_model_arguments, add_sampling_arguments, pair_settings
+from ggufspec.commands.speculation import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
-from ggufspec.settings import DRAFT_MAX
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,14 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="when the conversation outgrows the context, drop its oldest turns (the system prompt stays)")
     c.add_argument("-n", "--max-tokens", type=int, default=512, metavar="N", help="most tokens a reply generates (default 512)")
     add_sampling_arguments(p.add_argument_group("sampling (change live with /temp, /top-p)"))
-    d = p.add_argument_group("speculation (change live with /draft, /k, /accept)")
-    d.add_argument("--draft-max", type=int, default=DRAFT_MAX, metavar="N",
-                   help=f"most tokens drafted per round, K (default {DRAFT_MAX})")
-    d.add_argument("--fixed", action="store_true",
-                   help="the first drafter drafts --draft-max tokens every round (default: the controller chooses)")
-    d.add_argument("--always-draft", action="store_true",
-                   help="the controller never runs the target alone, even when it measures that drafting loses")
-    d.add_argument("--accept", default=None, metavar="RULE", help="greedy | rejection | match (default: greedy at temp 0, else rejection)")
+    add_speculation_arguments(p.add_argument_group("speculation (change live with /draft, /k, /accept)"))
     r = p.add_argument_group("runtime")
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
     r.add_argument(
@@ -67,18 +60,14 @@ def run(args: argparse.Namespace) -> int:
     from ggufspec.console import ChatSettings, Console, Conversation
     from ggufspec.console.lines import open_reader
     from ggufspec.llama.lib import set_verbose
-    from ggufspec.loop.acceptance import AcceptRule
-    from ggufspec.loop.speculation import DraftLengthSettings
     from ggufspec.models.resolve import resolve_pair_refs
     from ggufspec.runtime import load_pair
 
     set_verbose(args.llama_log)
     # every setting checked before anything loads
     settings = ChatSettings(
-        max_tokens=args.max_tokens, draft_max=args.draft_max, fixed=args.fixed, temperature=args.temp,
-        top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed,
-        accept=AcceptRule.parse(args.accept) if args.accept else None, verbose=args.verbose,
-        length=DraftLengthSettings(always_draft=args.always_draft),
+        max_tokens=args.max_tokens, temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+        seed=args.seed, verbose=args.verbose, speculative=speculative_settings(args),
     )
     settings_of_pair = pair_settings(args)
     if args.session is not None:  # before the conversation: a save at quit must not fail

@@ -32,8 +32,8 @@ from ggufspec.commands import (
     add_sampling_arguments,
     pair_settings,
 )
+from ggufspec.commands.speculation import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
-from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,22 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("-n", "--max-tokens", type=int, default=128, metavar="N", help="tokens to generate (default 128)")
     g.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop string (repeatable)")
     add_sampling_arguments(p.add_argument_group("sampling"))
-    d = p.add_argument_group("speculation")
-    d.add_argument("--draft-max", type=int, default=DRAFT_MAX, metavar="N",
-                   help=f"most tokens drafted per round (default {DRAFT_MAX})")
-    d.add_argument("--draft-min", type=int, default=0, metavar="N", help="skip drafts shorter than this")
-    d.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
-    d.add_argument("--draft-extend", type=int, default=DRAFT_EXTEND, metavar="N",
-                   help="most tokens of prompt lookup's continuation appended to a draft model's full proposal, "
-                        "where they pay for their verify rows (default %(default)s; 0: never)")
-    d.add_argument("--fixed", action="store_true",
-                   help="the first drafter drafts --draft-max tokens every round (default: the controller chooses)")
-    d.add_argument(
-        "--always-draft", action="store_true",
-        help="the controller never runs the target alone, even when it measures that drafting loses",
-    )
-    d.add_argument("--accept", default=None, metavar="RULE", help="greedy | rejection | match (default: greedy at temp 0, else rejection)")
-    d.add_argument("--variant", default="leviathan", metavar="NAME", help="rejection variant: leviathan | chen")
+    add_speculation_arguments(p.add_argument_group("speculation"))
     r = p.add_argument_group("runtime")
     r.add_argument("--ngl", default="auto", metavar="N|all|auto", help="target layers on the GPU (default auto: planner)")
     r.add_argument("--ngld", default="auto", metavar="N|all|auto", help="draft layers on the GPU (default auto)")
@@ -87,9 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ggufspec.llama.lib import set_verbose
-    from ggufspec.loop.acceptance import AcceptRule, Variant
     from ggufspec.loop.sampling import SamplingSettings
-    from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
     from ggufspec.models.resolve import resolve_pair_refs
     from ggufspec.runtime import load_pair
 
@@ -98,14 +81,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = SamplingSettings(
         temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed
     )
-    speculative = SpeculativeSettings(
-        accept=AcceptRule.parse(args.accept) if args.accept else None,
-        variant=Variant.parse(args.variant),
-        length=DraftLengthSettings(
-            draft_max=args.draft_max, draft_min=args.draft_min, draft_p_min=args.draft_p_min, fixed=args.fixed,
-            always_draft=args.always_draft, draft_extend=args.draft_extend,
-        ),
-    )
+    speculative = speculative_settings(args)
     speculative.rule_for(sampling)
     if args.max_tokens < 1:
         raise UserError(f"-n must be >= 1, got {args.max_tokens}")
@@ -145,8 +121,6 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
     """Warm-up, then `repeats` pairs of speculative / target-alone runs, ABBA (ggufspec.compare).
     The first speculative run streams (without --json). Returns (Comparison, first speculative
     Generation, first target-alone Generation)."""
-    from dataclasses import replace
-
     from ggufspec.compare import ALONE, SPECULATIVE, compare
 
     first: dict[str, object] = {}
@@ -162,8 +136,7 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
         # the speculative warm-up drafts a fixed length: it runs both models and a multi-row
         # verify, and the pair's controller (which learns across generations) never sees cold timings
         n = min(WARMUP_TOKENS, args.max_tokens)
-        fixed = replace(speculative, length=replace(speculative.length, fixed=True, always_draft=False))
-        generate(SPECULATIVE, n, fixed).run()
+        generate(SPECULATIVE, n, speculative.with_length(fixed=True, always_draft=False)).run()
         generate(ALONE, n).run()
         return n
 

@@ -5,7 +5,8 @@ events), GET /v1/models, GET /health, GET /metrics (Prometheus), and a chat page
 shows where each token came from. Responses carry `usage` and a `speculative` block (drafted,
 accepted, accept_rate, mean_accepted_len, gen_tps). Requests may choose the drafters (draft: names
 the server loaded, or none), draft_max, draft_min, fixed, always_draft and accept (greedy |
-rejection | match) besides OpenAI's sampling fields.
+rejection | match) besides OpenAI's sampling fields; the speculation flags (--draft-max ...
+--variant) are the server's defaults for them.
 
 The pair's KV caches are kept between requests: a request decodes only what its prompt does not
 share with the previous one (a conversation's next turn re-reads nothing);
@@ -37,8 +38,8 @@ import socket
 import sys
 
 from ggufspec.commands import add_draft_kv_argument, add_model_arguments, add_rpc_argument
+from ggufspec.commands.speculation import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
-from ggufspec.settings import DRAFT_EXTEND
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,13 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_draft_kv_argument(r)
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
-    r.add_argument("--draft-p-min", type=float, default=0.0, metavar="P", help="stop drafting when the draft's top probability < P")
-    r.add_argument("--draft-extend", type=int, default=DRAFT_EXTEND, metavar="N",
-                   help="most tokens of prompt lookup's continuation appended to a draft model's full proposal "
-                        "(default %(default)s; 0: never)")
-    r.add_argument("--always-draft", action="store_true",
-                   help="draft every round: the controller never runs the target alone")
     r.add_argument("--llama-log", action="store_true", help="show llama.cpp's own log")
+    add_speculation_arguments(p.add_argument_group(
+        "speculation (the server's defaults: a request's draft_max, draft_min, fixed, always_draft and accept "
+        "override them)"))
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -95,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"ggufspec serve needs {exc.name}: pip install 'ggufspec[server]'") from None
     from ggufspec.llama.compute import compute_thread
     from ggufspec.llama.lib import set_verbose
-    from ggufspec.loop.speculation import DraftLengthSettings
+    from ggufspec.loop.acceptance import AcceptRule
     from ggufspec.models.resolve import resolve_pair_refs
     from ggufspec.server import create_app, open_pair
     from ggufspec.server.adapter import describe
@@ -113,9 +111,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--api-key is empty; give a key or leave it out")
     settings = PairSettings(context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads), offline=args.offline,
                             rpc=(args.rpc,) if args.rpc else (), parallel=args.parallel, draft_kv=args.draft_kv)
-    # the server's draft length; a request may change draft_max and always_draft
-    draft_length = DraftLengthSettings(draft_p_min=args.draft_p_min, always_draft=args.always_draft,
-                                       draft_extend=args.draft_extend)
+    # the server's speculation settings; a request may change draft_max, draft_min, fixed, always_draft, accept
+    speculative = speculative_settings(args)
+    if speculative.accept is AcceptRule.GREEDY:  # requests sample by default (OpenAI's temperature 1)
+        raise UserError("serve --accept greedy would refuse every request that samples; a request at "
+                        "temperature 0 is judged greedily anyway: drop --accept, or give rejection or match")
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
 
     sock = _bind(args.host, args.port)  # before loading: a busy port fails fast
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         info = describe(pair)
         name = args.model_name or info.target_stem
         app = create_app(pair=pair, model_name=name, api_key=args.api_key, queue_size=args.queue,
-                         draft_length=draft_length)
+                         speculative=speculative)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         err = sys.stderr

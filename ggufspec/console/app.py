@@ -20,7 +20,7 @@ from typing import TextIO
 from ggufspec.console import library
 from ggufspec.console.conversation import Conversation, fit
 from ggufspec.console.lines import PROMPT, LineReader
-from ggufspec.console.settings import ChatSettings, Command, help_text, parse_command
+from ggufspec.console.slash import ChatSettings, Command, help_text, parse_command
 from ggufspec.errors import UserError
 from ggufspec.loop.rounds import Source
 from ggufspec.loop.stats import RunStats

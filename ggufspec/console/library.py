@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ggufspec.console.conversation import Message
-from ggufspec.console.settings import ChatSettings
+from ggufspec.console.slash import ChatSettings
 from ggufspec.loop.drafters import Drafter
 from ggufspec.loop.engine import Generation
 from ggufspec.runtime import SpeculativePair
@@ -30,7 +30,7 @@ def start_turn(pair: Pair, *, tokens: list[int], drafters: Drafters, settings: C
     longest prefix of `tokens` the pair's KV caches hold."""
     return pair.generate(prompt_tokens=tokens, drafters=tuple(drafters),
                          max_tokens=settings.max_tokens, sampling=settings.sampling(),
-                         speculative=settings.speculative())
+                         speculative=settings.speculative)
 
 
 def own_drafters(pair: Pair) -> Drafters:

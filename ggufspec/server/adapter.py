@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from ggufspec.errors import UserError
-from ggufspec.loop.acceptance import AcceptRule
 from ggufspec.loop.engine import Generation
 from ggufspec.loop.parallel import Slot
 from ggufspec.loop.sampling import SamplingSettings
-from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
+from ggufspec.loop.speculation import SpeculativeSettings
 from ggufspec.models.resolve import PairRefs
 from ggufspec.runtime import SpeculativePair, load_pair
 from ggufspec.server.error_bodies import invalid
@@ -91,11 +90,11 @@ def encode(
 
 
 def generation_request(
-    body: Params, *, tokens: Sequence[int], max_tokens: int, draft_length: DraftLengthSettings,
+    body: Params, *, tokens: Sequence[int], max_tokens: int, speculative: SpeculativeSettings,
     drafters: tuple[str, ...] | None = None,
 ) -> GenerationRequest:
     """Request fields -> engine settings (OpenAI's defaults: temperature 1, top_p 1); 400 if they clash.
-    `draft_length` and `drafters`: the request's (ggufspec.server.drafting)."""
+    `speculative` and `drafters`: the request's (ggufspec.server.drafting)."""
     if body.accept == "greedy" and body.temperature != 0:
         raise invalid("accept 'greedy' needs temperature 0; use 'rejection' or 'match' when sampling", param="accept")
     try:
@@ -106,7 +105,6 @@ def generation_request(
             min_p=body.min_p or 0.0,
             seed=body.seed,
         )
-        speculative = SpeculativeSettings(accept=AcceptRule(body.accept) if body.accept else None, length=draft_length)
         speculative.rule_for(sampling)  # greedy acceptance with temperature > 0 is refused here
     except UserError as exc:
         raise invalid(str(exc)) from None

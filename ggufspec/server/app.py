@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ggufspec.errors import UserError
-from ggufspec.loop.speculation import DraftLengthSettings
+from ggufspec.loop.speculation import SpeculativeSettings
 from ggufspec.server import adapter, drafting, page, schemas
 from ggufspec.server.delivery import ClientGone, JobStream, collect, sse_events
 from ggufspec.server.error_bodies import APIError, invalid, outcome
@@ -48,7 +48,7 @@ class ServerState:
     api_key: str | None
     queue_size: int
     max_body_bytes: int
-    draft_length: DraftLengthSettings  # the server's; a request may change it (ggufspec.server.drafting)
+    speculative: SpeculativeSettings  # the server's (serve's flags); a request may change some (ggufspec.server.drafting)
     created: int
     worker: Worker | SlotWorker
     metrics: Metrics
@@ -162,8 +162,8 @@ async def _generate(
     endpoint: str, started: float,
 ) -> Response:
     """Queue the generation, then stream its events or answer with all of it."""
-    chosen = drafting.choose(body, info=st.info, length=st.draft_length)
-    gen = adapter.generation_request(body, tokens=tokens, max_tokens=max_tokens, draft_length=chosen.length,
+    chosen = drafting.choose(body, info=st.info, speculative=st.speculative)
+    gen = adapter.generation_request(body, tokens=tokens, max_tokens=max_tokens, speculative=chosen.speculative,
                                      drafters=chosen.drafters)
     job = Job(request=gen, loop=asyncio.get_running_loop(), stream=bool(body.stream), marks=body.include_speculative)
     st.worker.submit(job)
@@ -215,7 +215,7 @@ def create_app(
     api_key: str | None = None,
     queue_size: int = DEFAULT_QUEUE_SIZE,
     max_body_bytes: int = MAX_BODY_BYTES,
-    draft_length: DraftLengthSettings = DraftLengthSettings(),
+    speculative: SpeculativeSettings = SpeculativeSettings(),
 ) -> FastAPI:
     """The OpenAI-compatible app around one loaded pair.
 
@@ -226,8 +226,9 @@ def create_app(
         api_key: when set, every endpoint but /health needs ``Authorization: Bearer <api_key>``.
         queue_size: requests that may wait while every slot generates; beyond that, 429.
         max_body_bytes: larger request bodies get 400.
-        draft_length: the server's draft length (serve --draft-p-min, --always-draft); a request's
-            `draft_max` and `always_draft` fields override those two.
+        speculative: the server's speculation settings (serve's --draft-max ... --variant); a
+            request's draft_max, draft_min, fixed, always_draft and accept fields override those
+            (`SpeculativeSettings.from_request`).
 
     Returns:
         A FastAPI app; its worker thread starts with the app (lifespan) and stops with it.
@@ -246,7 +247,7 @@ def create_app(
     adapter.on_device_lost(pair, worker.fail)  # an RPC worker's death: 503s, /health still answers
     state = ServerState(
         pair=pair, info=adapter.describe(pair), model_name=model_name, api_key=api_key, queue_size=queue_size,
-        max_body_bytes=max_body_bytes, draft_length=draft_length, created=int(time.time()),
+        max_body_bytes=max_body_bytes, speculative=speculative, created=int(time.time()),
         worker=worker, metrics=metrics,
     )
 

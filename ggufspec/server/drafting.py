@@ -2,22 +2,23 @@
 
 ``draft`` names drafters the server loaded (its --draft: a draft model by file name or stem, or
 "lookup"), in order; "none" (or ``[]``) runs the target alone; left out, all of them. ``draft_max``,
-``draft_min``, ``fixed`` and ``always_draft`` are the CLI's flags of those names, checked by
-`DraftLengthSettings`: the same limits and the same messages as ``ggufspec run``.
+``draft_min``, ``fixed``, ``always_draft`` and ``accept`` are the CLI's flags of those names, over the
+server's own (serve's flags), built by `SpeculativeSettings.from_request`: the same limits and the
+same messages as ``ggufspec run``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ggufspec.errors import UserError
-from ggufspec.loop.speculation import DraftLengthSettings
+from ggufspec.loop.speculation import REQUEST_FIELDS, SpeculativeSettings
 from ggufspec.server.adapter import PairInfo
 from ggufspec.server.error_bodies import invalid
 from ggufspec.server.schemas import Params
 
 NONE = "none"
-#: request fields checked by DraftLengthSettings, by the CLI flag its messages name
+#: request fields checked by DraftLengthSettings, by the CLI flag its messages name first
 _LENGTH_FIELDS = {"draft-max": "draft_max", "draft-min": "draft_min"}
 
 
@@ -26,27 +27,21 @@ class Drafting:
     """What one request drafts with."""
 
     drafters: tuple[str, ...] | None  # the drafters' names, in order; None: every one the server loaded
-    length: DraftLengthSettings
+    speculative: SpeculativeSettings  # the server's, with the request's fields over them
     shown: str  # the response's speculative.draft: file names and/or "lookup" joined by "+", or "none"
 
 
-def choose(body: Params, *, info: PairInfo, length: DraftLengthSettings) -> Drafting:
-    """The request's drafting fields over the server's (`length`: serve's flags); 400 if out of bounds."""
+def choose(body: Params, *, info: PairInfo, speculative: SpeculativeSettings) -> Drafting:
+    """The request's drafting fields over the server's (`speculative`: serve's flags); 400 if out of bounds."""
     names = _drafters(body.draft, info=info)
     try:
-        chosen = replace(
-            length,
-            draft_max=length.draft_max if body.draft_max is None else body.draft_max,
-            draft_min=length.draft_min if body.draft_min is None else body.draft_min,
-            fixed=length.fixed if body.fixed is None else body.fixed,
-            always_draft=length.always_draft if body.always_draft is None else body.always_draft,
-        )
+        chosen = SpeculativeSettings.from_request(body.model_dump(include=set(REQUEST_FIELDS)), server=speculative)
     except UserError as exc:
         flag = str(exc).split(" ", 1)[0]
         raise invalid(str(exc), param=_LENGTH_FIELDS.get(flag)) from None
     files = dict(info.drafters)
     shown = info.draft_name if names is None else "+".join(files[n] for n in names) or NONE
-    return Drafting(drafters=names, length=chosen, shown=shown)
+    return Drafting(drafters=names, speculative=chosen, shown=shown)
 
 
 def _drafters(draft: str | list[str] | None, *, info: PairInfo) -> tuple[str, ...] | None:

@@ -61,9 +61,9 @@ def routers(require_key: Callable[[Request], None]) -> list[APIRouter]:
             "model": st.model_name,
             "drafters": [{"name": name, "file": file} for name, file in st.info.drafters],
             "draft": st.info.draft_name,
-            "draft_max": st.draft_length.draft_max,
+            "draft_max": st.speculative.length.draft_max,
             "draft_max_limit": DRAFT_MAX_LIMIT,
-            "always_draft": st.draft_length.always_draft,
+            "always_draft": st.speculative.length.always_draft,
             "slots": adapter.parallel(st.pair),
             "context_length": st.info.n_ctx,
         }

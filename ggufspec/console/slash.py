@@ -1,8 +1,10 @@
-"""The console's run settings and its slash commands, parsed (pure: no model, no terminal).
+"""The console's slash commands, parsed, and the run settings they change (pure: no model, no terminal).
 
 A command line is `/name [argument]`; `parse_command` splits and checks it, `ChatSettings.apply`
 turns a setting command into new settings (refused, settings unchanged, when the result would be
-inconsistent: greedy acceptance while sampling, say). Every refusal is a one-line UserError.
+inconsistent: greedy acceptance while sampling, say). Every refusal is a one-line UserError. The
+speculation settings (/k, /accept) change through `SpeculativeSettings.after_slash`, the one door
+the flags and the server's requests go through too (ggufspec.loop.speculation).
 """
 
 from __future__ import annotations
@@ -10,10 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ggufspec.errors import UserError
-from ggufspec.loop.acceptance import AcceptRule
 from ggufspec.loop.sampling import SamplingSettings
-from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
-from ggufspec.settings import DRAFT_MAX, DRAFT_MAX_LIMIT
+from ggufspec.loop.speculation import SpeculativeSettings
 
 
 @dataclass(frozen=True)
@@ -75,61 +75,51 @@ class ChatSettings:
     """What the next turn runs with; every field is changed live by a command."""
 
     max_tokens: int = 512  # most tokens one reply generates
-    draft_max: int = DRAFT_MAX  # K: the most tokens one round drafts (the cap of the adaptive length)
-    fixed: bool = False  # always draft K (/k N) instead of the adaptive, paced length (/k auto)
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
     seed: int | None = None
-    accept: AcceptRule | None = None  # None: greedy at temperature 0, rejection otherwise
     verbose: bool = False
-    length: DraftLengthSettings = field(default_factory=DraftLengthSettings)  # the rest (p-min, min)
+    # the speculation flags (ggufspec.commands.speculation), changed live by /k and /accept
+    speculative: SpeculativeSettings = field(default_factory=SpeculativeSettings)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise UserError(f"max tokens must be >= 1, got {self.max_tokens}")
-        if not 1 <= self.draft_max <= DRAFT_MAX_LIMIT:
-            raise UserError(f"K (draft-max) must be in [1, {DRAFT_MAX_LIMIT}], got {self.draft_max}; "
-                            "/draft none runs the target alone")
-        self.speculative().rule_for(self.sampling())  # greedy acceptance while sampling: refused
+        self.speculative.rule_for(self.sampling())  # greedy acceptance while sampling: refused
 
     def sampling(self) -> SamplingSettings:
         return SamplingSettings(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p,
                                 min_p=self.min_p, seed=self.seed)
 
-    def speculative(self) -> SpeculativeSettings:
-        length = replace(self.length, draft_max=self.draft_max, fixed=self.fixed,
-                         draft_min=min(self.length.draft_min, self.draft_max))
-        return SpeculativeSettings(accept=self.accept, length=length)
+    @property
+    def draft_max(self) -> int:
+        """The most tokens one round drafts (/k N sets it, and fixed)."""
+        return self.speculative.length.draft_max
 
     @property
-    def k_text(self) -> str:
+    def fixed(self) -> bool:
+        """Always draft draft_max (/k N) instead of the adaptive, paced length (/k auto)."""
+        return self.speculative.length.fixed
+
+    @property
+    def draft_max_text(self) -> str:
         return f"{self.draft_max} (fixed)" if self.fixed else f"auto (up to {self.draft_max})"
 
     def apply(self, cmd: Command) -> ChatSettings:
         """New settings for a setting command (k, temp, top-p, accept, verbose); UserError if bad."""
-        if cmd.name == "k":
-            if cmd.arg.lower() == "auto":
-                return replace(self, fixed=False)
-            try:
-                k = int(cmd.arg)
-            except ValueError:
-                raise UserError(f"/k takes a whole number or 'auto', got {cmd.arg!r}") from None
-            if k == 0:
-                raise UserError("/k 0 drafts nothing; use /draft none for the target alone")
-            return replace(self, draft_max=k, fixed=True)
+        if cmd.name in ("k", "accept"):
+            return replace(self, speculative=self.speculative.after_slash(cmd.name, cmd.arg))
         if cmd.name == "temp":
             return replace(self, temperature=_number(cmd.arg, "/temp"))
         if cmd.name == "top-p":
             return replace(self, top_p=_number(cmd.arg, "/top-p"))
-        if cmd.name == "accept":
-            return replace(self, accept=AcceptRule.parse(cmd.arg))
         if cmd.name == "verbose":
             return replace(self, verbose=not self.verbose)
         raise ValueError(f"/{cmd.name} is not a setting")  # a bug in the caller, not user input
 
     def describe(self) -> str:
-        rule = self.speculative().rule_for(self.sampling()).value
-        return (f"K {self.k_text}, temp {self.temperature:g}, top-p {self.top_p:g}, accept {rule}, "
+        rule = self.speculative.rule_for(self.sampling()).value
+        return (f"K {self.draft_max_text}, temp {self.temperature:g}, top-p {self.top_p:g}, accept {rule}, "
                 f"max {self.max_tokens} tokens a reply")
