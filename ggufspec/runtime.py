@@ -27,6 +27,7 @@ from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import SpeculativeSettings
 from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
 from ggufspec.models.template import render_chat
+from ggufspec.session import SessionInfo, load_caches, save_caches
 from ggufspec.settings import ContextSettings, ModelSettings, PairSettings
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from ggufspec.llama.model import Model
     from ggufspec.loop.parallel import Slot
     from ggufspec.plan.split import DeviceLayers
-    from ggufspec.session import SessionInfo
 
 # `pair.generate(drafters=PAIR_DRAFTERS)`: the drafters the pair was loaded with
 PAIR_DRAFTERS: Sequence[Drafter] = object()  # type: ignore[assignment]
@@ -322,9 +322,7 @@ class SpeculativePair:
     def save_session(self, path: str | Path, *, meta: Mapping[str, Any] | None = None) -> None:
         """Write the target's and every draft model's KV cache, the tokens they hold and `meta`
         (plain JSON) to `path`, atomically (ggufspec.session)."""
-        from ggufspec.session import save_pair_session
-
-        save_pair_session(self, path, meta=meta)
+        save_caches(path, (self.target_path, self.target_ctx), self._model_drafts(), meta=meta)
 
     def load_session(self, path: str | Path) -> SessionInfo:
         """Replace the caches with a saved session's, so the next generation reuses its tokens.
@@ -333,9 +331,7 @@ class SpeculativePair:
             UserError: the file belongs to another model, context size or cache type, or is
                 truncated, corrupt or not a session file.
         """
-        from ggufspec.session import load_pair_session
-
-        return load_pair_session(self, path)
+        return load_caches(path, (self.target_path, self.target_ctx), self._model_drafts(), self._all_drafters())
 
     def slots(self) -> list[Slot]:
         """The pair's `settings.parallel` slots (ggufspec.loop.parallel), built once: slot 0 is the pair's
@@ -408,6 +404,10 @@ class SpeculativePair:
         if isinstance(d, LookupDrafter):
             return LookupDrafter(self.settings.lookup)
         return d
+
+    def _model_drafts(self) -> list[tuple[Drafter, Path, Any]]:
+        """(drafter, draft path, draft context) for each draft model the pair holds."""
+        return [(d, p, ctx) for d, p, _, ctx in self._drafters.values() if ctx is not None and p is not None]
 
     def _all_drafters(self) -> list[Drafter]:
         drafters = [entry[0] for entry in self._drafters.values()]
