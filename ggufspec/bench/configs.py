@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ggufspec.bench.native import find_native
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.errors import UserError
 from ggufspec.settings import DRAFT_MAX
@@ -125,7 +126,6 @@ def make_plan(
     Raises:
         UserError: bad K values, repeats, token counts.
     """
-    from ggufspec.bench.peers import find_native  # peers imports this module
     from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
 
     if repeats < 1:

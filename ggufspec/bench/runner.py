@@ -20,14 +20,8 @@ from ggufspec.bench.configs import BenchPlan, Config
 from ggufspec.bench.lockstep import interleave
 from ggufspec.bench.machine import load_now, machine_info
 from ggufspec.bench.ours import Ours, rejections
-from ggufspec.bench.peers import (
-    LlamaCppPython,
-    Transformers,
-    native_dir,
-    run_llama_bench,
-    run_native_speculative,
-    transformers_available,
-)
+from ggufspec.bench.native import native_dir, run_llama_bench, run_native_speculative
+from ggufspec.bench.peers import LlamaCppPython, Transformers, transformers_available
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.bench.results import BenchResult, RunRecord
 from ggufspec.bench.summary import summarise
