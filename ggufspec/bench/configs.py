@@ -11,6 +11,7 @@ from typing import Sequence
 from ggufspec.bench.native import find_native
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.errors import UserError
+from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET, cache_dir, parse_embedded, resolve_quant
 from ggufspec.settings import DRAFT_MAX
 
 BASELINE = "none"  # draft label of the target alone
@@ -126,8 +127,6 @@ def make_plan(
     Raises:
         UserError: bad K values, repeats, token counts.
     """
-    from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
-
     if repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {repeats}")
     if max_tokens < 2:
@@ -208,8 +207,6 @@ def draft_label(ref: str) -> str:
     if ref == LOOKUP:
         return LOOKUP
     if ref.startswith("embedded:"):
-        from ggufspec.models.embedded import resolve_quant
-
         return resolve_quant(ref.rsplit(":", 1)[-1])
     if ref.endswith(".gguf"):
         return Path(ref).stem
@@ -226,8 +223,6 @@ def derive_quant_drafts(target: str, quants: Sequence[str]) -> list[DraftSpec]:
         UserError: an unknown quant, or a target that is not a local file or embedded model.
     """
     from ggufspec.llama.quantize import FTYPES, quantize
-    from ggufspec.models.embedded import cache_dir, parse_embedded
-
     out = []
     for q in quants:
         q = q.strip().upper()

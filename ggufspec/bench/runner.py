@@ -26,6 +26,7 @@ from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.bench.results import BenchResult, RunRecord
 from ggufspec.bench.summary import summarise
 from ggufspec.errors import UserError
+from ggufspec.hardware import physical_cores
 
 Progress = Callable[[str, int, int], None]  # (what is running, done, total)
 
@@ -101,8 +102,6 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
     Returns:
         Every run, the machine, the peers, and the summary (see `summarise`).
     """
-    from ggufspec.hardware import physical_cores
-
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     t_start = time.perf_counter()
     load_start = load_now()

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ggufspec.errors import UserError
-from ggufspec.settings import DRAFT_MAX, Layers
+from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
+from ggufspec.settings import DRAFT_MAX, ContextSettings, Layers, PairSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,10 +57,7 @@ def run_sweep(*, target: str | None, draft: str | None, prompts: Sequence[object
               max_tokens: int, repeats: int, n_ctx: int, n_threads: int | None, rpc: str | None,
               draft_max: int = DRAFT_MAX, progress: Callable[[str], None] | None = None) -> list[SweepPoint]:
     """Run the sweep (see the module docstring); one SweepPoint per layer count, in order."""
-    from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
     from ggufspec.runtime import load_pair
-    from ggufspec.settings import ContextSettings, PairSettings
-
     spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=draft_max))
     points: list[SweepPoint] = []
     for ngl in ngl_values:
