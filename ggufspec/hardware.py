@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from ggufspec.errors import UserError
+from ggufspec.rpc import parse_endpoints
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 
@@ -305,8 +306,6 @@ def llama_devices(*, rpc: str | None = None) -> tuple[Device, ...]:
     from ggufspec.llama import devices as ld
 
     if rpc:
-        from ggufspec.rpc import parse_endpoints
-
         ld.add_workers(parse_endpoints(rpc))
     found = ld.list_devices()
     ordered = ld.model_device_order(found)

@@ -20,22 +20,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ggufspec.errors import UserError
+from ggufspec.ggufinfo import ModelInfo, read_model_info, read_vocab
+from ggufspec.hardware import offload_devices
+from ggufspec.llama import stall
 from ggufspec.loop.control import DraftController
 from ggufspec.loop.drafters import Drafter, LookupDrafter, ModelDrafter
 from ggufspec.loop.engine import Generation, generate
+from ggufspec.loop.exactness import auto_cache_type, greedy_exactness
+from ggufspec.loop.kvshare import shared_kv_refusal
+from ggufspec.loop.parallel import Activity, Slot
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import SpeculativeSettings
+from ggufspec.models.refs import resolve_model
 from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
 from ggufspec.models.template import render_chat
+from ggufspec.models.vocab import compare_vocab
+from ggufspec.plan import plan_for_load
+from ggufspec.plan.fit import ContextNeed, check_context_fits
+from ggufspec.plan.split import DeviceLayers, device_layers, effective_split, layer_devices
+from ggufspec.rpc import parse_endpoints
+from ggufspec.session import SessionInfo, load_caches, save_caches
 from ggufspec.settings import ContextSettings, ModelSettings, PairSettings
 
 if TYPE_CHECKING:
-    from ggufspec.ggufinfo import ModelInfo
     from ggufspec.llama.context import Context
     from ggufspec.llama.model import Model
-    from ggufspec.loop.parallel import Slot
-    from ggufspec.plan.split import DeviceLayers
-    from ggufspec.session import SessionInfo
 
 # `pair.generate(drafters=PAIR_DRAFTERS)`: the drafters the pair was loaded with
 PAIR_DRAFTERS: Sequence[Drafter] = object()  # type: ignore[assignment]
@@ -43,16 +52,11 @@ PAIR_DRAFTERS: Sequence[Drafter] = object()  # type: ignore[assignment]
 
 def resolve_path(ref: str | Path, *, offline: bool = False) -> Path:
     """A model reference (local path, hub ref, embedded:NAME:QUANT) -> local GGUF path."""
-    from ggufspec.models.refs import resolve_model
-
     return resolve_model(str(ref), offline=offline).path
 
 
 def check_vocab(target: Path, draft: Path) -> None:
     """Refuse an incompatible pair before loading anything (llama.cpp's rule)."""
-    from ggufspec.ggufinfo import read_vocab
-    from ggufspec.models.vocab import compare_vocab
-
     verdict = compare_vocab(target=read_vocab(target), draft=read_vocab(draft))
     if verdict.status == "incompatible":
         raise UserError(verdict.message)
@@ -80,12 +84,8 @@ def _offload(target: Path, draft: Path | None, settings: PairSettings, *,
     t_kw: dict = {"n_gpu_layers": 0 if tl == "auto" else _layer_count(tl)}
     d_kw: dict = {"n_gpu_layers": 0 if dl == "auto" else _layer_count(dl)}
     if "auto" in (tl, dl):
-        from ggufspec.hardware import offload_devices
-
         gpus = offload_devices()  # llama.cpp's own: RPC workers, then GPUs
         if gpus:
-            from ggufspec.plan import plan_for_load
-
             cache = settings.context.cache_type_k
             t_plan, d_plan = plan_for_load(
                 target=target, draft=draft, gpus=gpus,
@@ -110,8 +110,6 @@ def _add_workers(settings: PairSettings) -> None:
         return
     from ggufspec.llama import devices
     from ggufspec.llama.lib import gpu_offload_supported
-    from ggufspec.rpc import parse_endpoints
-
     devices.add_workers(parse_endpoints(",".join(settings.rpc)))
     if not devices.failure_handled():  # a server installs its own (it survives a worker's death)
         devices.on_worker_failure()
@@ -120,8 +118,6 @@ def _add_workers(settings: PairSettings) -> None:
 
 def _shares_kv(target_info: ModelInfo, info: ModelInfo, settings: PairSettings) -> bool:
     """Does this draft take the target's KV cache (--draft-kv auto, ggufspec.loop.kvshare)?"""
-    from ggufspec.loop.kvshare import shared_kv_refusal
-
     return settings.draft_kv == "auto" and shared_kv_refusal(target_info, info) is None
 
 
@@ -137,8 +133,6 @@ def _check_memory(target_info: ModelInfo, draft_infos: Sequence[ModelInfo], sett
     failure names a wrong cause), with the planner's arithmetic (ggufspec.plan.fit)."""
     import psutil
 
-    from ggufspec.plan.fit import ContextNeed, check_context_fits
-
     n_seq = settings.parallel
     needs = [ContextNeed(info=target_info, context=context, n_seq=n_seq)]
     needs += [ContextNeed(info=i, context=_draft_context(target_info, i, settings, target=context), n_seq=n_seq)
@@ -150,9 +144,6 @@ def _check_memory(target_info: ModelInfo, draft_infos: Sequence[ModelInfo], sett
 def _device_layers(target_info: ModelInfo, target_load: ModelSettings, draft_path: Path | None,
                    draft_load: ModelSettings, devices: Sequence[object]) -> tuple[DeviceLayers, ...]:
     """Layers of the target and the draft per device, as llama.cpp places them."""
-    from ggufspec.ggufinfo import read_model_info
-    from ggufspec.plan.split import device_layers, effective_split, layer_devices
-
     free = [d.free_bytes for d in devices]  # type: ignore[attr-defined]
 
     def slots(n_layer: int, load: ModelSettings) -> tuple[int, ...]:
@@ -212,8 +203,6 @@ class SpeculativePair:
             self._drafters[id(drafter)] = (drafter, None, None, None)
             return drafter
         path = resolve_path(ref, offline=self.settings.offline)
-        from ggufspec.ggufinfo import read_model_info
-
         info = read_model_info(path)  # a clear error for a non-GGUF or truncated file before llama.cpp
         check_vocab(self.target_path, path)
         _, draft_load = _offload(self.target_path, path, self.settings, quiet=True)  # load_pair noted it
@@ -322,9 +311,7 @@ class SpeculativePair:
     def save_session(self, path: str | Path, *, meta: Mapping[str, Any] | None = None) -> None:
         """Write the target's and every draft model's KV cache, the tokens they hold and `meta`
         (plain JSON) to `path`, atomically (ggufspec.session)."""
-        from ggufspec.session import save_pair_session
-
-        save_pair_session(self, path, meta=meta)
+        save_caches(path, (self.target_path, self.target_ctx), self._model_drafts(), meta=meta)
 
     def load_session(self, path: str | Path) -> SessionInfo:
         """Replace the caches with a saved session's, so the next generation reuses its tokens.
@@ -333,9 +320,7 @@ class SpeculativePair:
             UserError: the file belongs to another model, context size or cache type, or is
                 truncated, corrupt or not a session file.
         """
-        from ggufspec.session import load_pair_session
-
-        return load_pair_session(self, path)
+        return load_caches(path, (self.target_path, self.target_ctx), self._model_drafts(), self._all_drafters())
 
     def slots(self) -> list[Slot]:
         """The pair's `settings.parallel` slots (ggufspec.loop.parallel), built once: slot 0 is the pair's
@@ -344,8 +329,6 @@ class SpeculativePair:
         always_draft ones use their slot's own. One generation per slot at a time."""
         if self._slots is not None:
             return self._slots
-        from ggufspec.loop.parallel import Activity, Slot
-
         n = self.settings.parallel
         multi = getattr(self.target_ctx, "multi", None)
         if n > 1 and multi is None:
@@ -409,6 +392,10 @@ class SpeculativePair:
             return LookupDrafter(self.settings.lookup)
         return d
 
+    def _model_drafts(self) -> list[tuple[Drafter, Path, Any]]:
+        """(drafter, draft path, draft context) for each draft model the pair holds."""
+        return [(d, p, ctx) for d, p, _, ctx in self._drafters.values() if ctx is not None and p is not None]
+
     def _all_drafters(self) -> list[Drafter]:
         drafters = [entry[0] for entry in self._drafters.values()]
         drafters += [d for d in self.drafters if all(d is not e for e in drafters)]
@@ -449,12 +436,9 @@ def load_pair(
     Raises:
         UserError: missing/invalid files, an incompatible vocabulary, a context that cannot be made.
     """
-    from ggufspec.ggufinfo import read_model_info
     from ggufspec.llama.context import Context
     from ggufspec.llama.lib import batch_invariant_kernels
     from ggufspec.llama.model import Model
-    from ggufspec.loop.exactness import auto_cache_type, greedy_exactness
-
     refs = resolve_pair_refs(target=target, draft=draft)
     target_path = resolve_path(refs.target, offline=settings.offline)
     draft_paths = [None if ref == LOOKUP else resolve_path(ref, offline=settings.offline) for ref in refs.drafts]
@@ -468,7 +452,6 @@ def load_pair(
             check_vocab(target_path, path)
 
     target_load, draft_load = _offload(target_path, draft_path, settings)
-    from ggufspec.hardware import offload_devices
     from ggufspec.llama.lib import gpu_offload_supported
 
     # free memory before loading: llama.cpp's default split (none: everything on the CPU)
@@ -515,11 +498,9 @@ def load_pair(
         pair.close()
         raise
     if settings.rpc:  # llama.cpp's connections to the workers exist now: a dead one is found in 25 s,
-        from ggufspec.llama import stall  # a frozen one in 20 (ggufspec.llama.stall)
         from ggufspec.llama.devices import harden_worker_sockets
-        from ggufspec.rpc import parse_endpoints
 
         endpoints = parse_endpoints(",".join(settings.rpc))
         harden_worker_sockets(endpoints)
-        stall.arm(endpoints)
+        stall.arm(endpoints)  # a frozen one in 20 (ggufspec.llama.stall)
     return pair

@@ -24,13 +24,10 @@ import struct
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ggufspec.errors import UserError
 from ggufspec.temps import remove_stale
-
-if TYPE_CHECKING:
-    from ggufspec.runtime import SpeculativePair
 
 MAGIC = b"ggufspec-session\n"
 VERSION = 1
@@ -225,17 +222,13 @@ def _describe(role: str, path: Path, ctx: Any) -> dict:
     }
 
 
-def _model_contexts(pair: SpeculativePair) -> list[tuple[Any, Path, Any]]:
-    """(drafter, draft path, draft context) for each draft model the pair holds."""
-    return [(d, p, ctx) for d, p, _, ctx in pair._drafters.values() if ctx is not None and p is not None]
+def save_caches(path: str | Path, target: tuple[Path, Any], drafts: Sequence[tuple[Any, Path, Any]], *,
+                meta: Mapping[str, Any] | None = None) -> None:
+    """Write the target's and every draft model's KV cache (and the tokens they hold) to `path`.
 
-
-def save_pair_session(pair: SpeculativePair, path: str | Path, *, meta: Mapping[str, Any] | None = None) -> None:
-    """Write the target's and every draft model's KV cache (and the tokens they hold) to `path`."""
+    target: (model path, context); drafts: (drafter, model path, context) for each draft model."""
     caches, blobs = [], []
-    for role, model_path, ctx in [("target", pair.target_path, pair.target_ctx)] + [
-        ("draft", p, ctx) for _, p, ctx in _model_contexts(pair)
-    ]:
+    for role, model_path, ctx in [("target", *target)] + [("draft", p, ctx) for _, p, ctx in drafts]:
         blob = ctx.state()
         entry = _describe(role, model_path, ctx)
         entry.update(tokens=list(ctx.tokens), bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest())
@@ -245,14 +238,19 @@ def save_pair_session(pair: SpeculativePair, path: str | Path, *, meta: Mapping[
     write_session(path, header, blobs)
 
 
-def load_pair_session(pair: SpeculativePair, path: str | Path) -> SessionInfo:
-    """Replace the pair's caches with a saved session's; a draft model the session lacks is reset
-    (it catches up on the history at its first draft)."""
+def load_caches(path: str | Path, target: tuple[Path, Any], drafts: Sequence[tuple[Any, Path, Any]],
+                drafters: Sequence[Any]) -> SessionInfo:
+    """Replace the caches with a saved session's; a draft model the session lacks is reset (it
+    catches up on the history at its first draft).
+
+    target: (model path, context); drafts: (drafter, model path, context) for each draft model;
+    drafters: every drafter (those without a model are reset: rebuilt from the history)."""
     header, blobs = read_session(path)
     saved = header["caches"]
     if not saved or saved[0].get("role") != "target":
         raise UserError(f"session file {path} is corrupt (no target cache); save it again")
-    want = _describe("target", pair.target_path, pair.target_ctx)
+    target_path, target_ctx = target
+    want = _describe("target", target_path, target_ctx)
     got = saved[0]
     if got.get("fingerprint") != want["fingerprint"]:
         raise UserError(
@@ -271,21 +269,21 @@ def load_pair_session(pair: SpeculativePair, path: str | Path) -> SessionInfo:
                 f"use --cache-type {got.get(key)} or start a new session"
             )
     tokens = list(got["tokens"])  # checked by read_session
-    if not pair.target_ctx.load_state(blobs[0], tokens):
-        for drafter in pair._all_drafters():
+    if not target_ctx.load_state(blobs[0], tokens):
+        for drafter in drafters:
             drafter.reset()
         raise UserError(
             f"llama.cpp refused the target cache in session {path} (saved by another build or with other "
             "attention settings?); start a new session"
         )
-    for drafter, draft_path, ctx in _model_contexts(pair):
+    for drafter, draft_path, ctx in drafts:
         mine = _describe("draft", draft_path, ctx)
         match = next(
             (i for i, c in enumerate(saved) if i > 0 and all(c.get(k) == mine[k] for k in mine if k != "file")), None
         )
         if match is None or not ctx.load_state(blobs[match], saved[match]["tokens"]):
             drafter.reset()
-    for drafter in pair._all_drafters():
-        if all(drafter is not d for d, _, _ in _model_contexts(pair)):
+    for drafter in drafters:
+        if all(drafter is not d for d, _, _ in drafts):
             drafter.reset()  # prompt lookup: rebuilt from the history
     return SessionInfo(tokens=tuple(tokens), meta=dict(header.get("meta") or {}))

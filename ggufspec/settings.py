@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from ggufspec.errors import UserError
+from ggufspec.hardware import usable_cpus
 
 CacheType = Literal["f32", "f16", "q8_0", "q4_0"]
 CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
@@ -36,8 +37,6 @@ DraftKV = Literal["auto", "own"]
 
 def check_threads(n: int) -> None:
     """Refuse a --threads below 1 or above the CPUs this process can use (`devices.usable_cpus`)."""
-    from ggufspec.hardware import usable_cpus
-
     most = usable_cpus()
     if not 1 <= n <= most:
         raise UserError(f"--threads must be between 1 and {most} (the CPUs this machine lets ggufspec use), "

@@ -81,7 +81,7 @@ def _files(args) -> tuple[Path, Path]:
 
 
 def _llama_server(args) -> Path:
-    from ggufspec.bench.peers import native_dir
+    from ggufspec.bench.native import native_dir
 
     exe = Path(args.llama_server) if args.llama_server else native_dir() / "llama-server"
     if not exe.is_file():

@@ -116,7 +116,7 @@ def _result(plan, runs):
 def test_markdown_has_a_table_per_set_and_the_plots_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan = _plan()
     result = _result(plan, _runs(plan, {"t1": 2.0, "t2": 1.6, "h1": 1.2, "h2": 1.0}))
-    monkeypatch.setitem(sys.modules, "ggufspec.bench.plots", None)  # as if matplotlib were missing
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if matplotlib were missing
     out = tmp_path / "out"
     (out).mkdir()
     (out / "bench.md").write_text("old report")
@@ -137,7 +137,7 @@ def test_markdown_has_a_table_per_set_and_the_plots_note(tmp_path: Path, monkeyp
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> None:
-    from ggufspec.bench.writers import write_atomic
+    from ggufspec.bench.atomic import write_atomic
 
     f = tmp_path / "bench.md"
     write_atomic(f, "first")

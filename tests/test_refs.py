@@ -133,7 +133,7 @@ def test_resolve_missing_local_file_names_it(tmp_path: Path) -> None:
 
 
 def test_resolve_embedded_delegates(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import ggufspec.models.embedded
+    import ggufspec.models.refs
 
     calls = []
 
@@ -141,7 +141,7 @@ def test_resolve_embedded_delegates(monkeypatch: pytest.MonkeyPatch, tmp_path: P
         calls.append((name, quant))
         return tmp_path / f"{name}.{quant}.gguf"
 
-    monkeypatch.setattr(ggufspec.models.embedded, "resolve_embedded", fake)
+    monkeypatch.setattr(ggufspec.models.refs, "resolve_embedded", fake)  # where refs looks it up
     resolved = resolve_model("embedded:smollm2:Q4_0")
     assert calls == [("smollm2", "Q4_0")]
     assert resolved.paths == (tmp_path / "smollm2.Q4_0.gguf",) and resolved.source == "embedded"

@@ -41,7 +41,7 @@ from ggufspec.bench.expected import (
     expected_speedup_partial,
     expected_tokens_per_round,
 )
-from ggufspec.bench.peers import native_dir, parse_native_speculative
+from ggufspec.bench.native import native_dir, parse_native_speculative
 from ggufspec.bench.prompts import CATEGORIES, PROMPT_SETS, limit_per_set, load_prompt_sets, load_prompts, pick_prompts
 from ggufspec.bench.runner import count_runs, run_bench
 from ggufspec.bench.writers import write_outputs

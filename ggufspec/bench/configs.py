@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
+from ggufspec.bench.native import find_native
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.errors import UserError
-
-if TYPE_CHECKING:
-    from ggufspec.loop.speculation import SpeculativeSettings
+from ggufspec.loop.sampling import SamplingSettings
+from ggufspec.loop.speculation import SpeculativeSettings
+from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET, cache_dir, parse_embedded, resolve_quant
 
 BASELINE = "none"  # draft label of the target alone
 LOOKUP = "lookup"
@@ -134,11 +135,6 @@ def make_plan(
     Raises:
         UserError: bad K values, repeats, token counts.
     """
-    from ggufspec.bench.peers import find_native  # peers imports this module
-    from ggufspec.loop.sampling import SamplingSettings
-    from ggufspec.loop.speculation import SpeculativeSettings
-    from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
-
     if repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {repeats}")
     if max_tokens < 2:
@@ -229,8 +225,6 @@ def draft_label(ref: str) -> str:
     if ref == LOOKUP:
         return LOOKUP
     if ref.startswith("embedded:"):
-        from ggufspec.models.embedded import resolve_quant
-
         return resolve_quant(ref.rsplit(":", 1)[-1])
     if ref.endswith(".gguf"):
         return Path(ref).stem
@@ -247,8 +241,6 @@ def derive_quant_drafts(target: str, quants: Sequence[str]) -> list[DraftSpec]:
         UserError: an unknown quant, or a target that is not a local file or embedded model.
     """
     from ggufspec.llama.quantize import FTYPES, quantize
-    from ggufspec.models.embedded import cache_dir, parse_embedded
-
     out = []
     for q in quants:
         q = q.strip().upper()

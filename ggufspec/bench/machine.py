@@ -7,6 +7,8 @@ import os
 import platform
 from pathlib import Path
 
+from ggufspec.bench.native import find_native
+from ggufspec.hardware import system_info
 from ggufspec.sysload import load_now
 
 __all__ = ["load_now", "machine_info"]  # load_now lives in ggufspec.sysload (run --compare uses it too)
@@ -14,9 +16,6 @@ __all__ = ["load_now", "machine_info"]  # load_now lives in ggufspec.sysload (ru
 
 def machine_info(*, n_threads: int | None = None) -> dict:
     """CPU model, cores, RAM, GPUs, OS and the versions that matter."""
-    from ggufspec.bench.peers import find_native
-    from ggufspec.hardware import system_info
-
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -13,6 +13,13 @@ from typing import Any, Mapping, Sequence
 from ggufspec.bench.configs import LOOKUP, BenchPlan, Config
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.errors import UserError
+from ggufspec.loop.acceptance import AcceptRule
+from ggufspec.loop.control import DraftController
+from ggufspec.loop.rounds import Source
+from ggufspec.loop.sampling import SamplingSettings
+from ggufspec.loop.speculation import SpeculativeSettings
+from ggufspec.models.template import render_chat
+from ggufspec.settings import ContextSettings, PairSettings
 
 
 class Ours:
@@ -20,8 +27,6 @@ class Ours:
 
     def __init__(self, plan: BenchPlan) -> None:
         from ggufspec.runtime import load_pair
-        from ggufspec.settings import ContextSettings, PairSettings
-
         self.plan = plan
         settings = PairSettings(context=ContextSettings(n_ctx=plan.n_ctx, n_threads=plan.n_threads),
                                 n_gpu_layers=0, n_gpu_layers_draft=0, draft_kv=plan.draft_kv)  # type: ignore[arg-type]
@@ -49,8 +54,6 @@ class Ours:
 
     def prompt_text(self, p: BenchPrompt) -> str:
         """The prompt as text, rendered with the target's chat template (for the native peer)."""
-        from ggufspec.models.template import render_chat
-
         m = self.pair.target_model
         return render_chat(
             template=m.chat_template(), messages=p.messages,
@@ -60,12 +63,7 @@ class Ours:
     def start(self, cfg: Config, prompt: BenchPrompt, seed: int, *, fork: bool = False):
         """One generation, not yet run. fork: on the configuration's own contexts (made on its
         first use, `SpeculativePair.fork`), so that it can run beside the others (lockstep)."""
-        from ggufspec.loop.acceptance import AcceptRule
-        from ggufspec.loop.control import DraftController
         from ggufspec.loop.engine import generate
-        from ggufspec.loop.sampling import SamplingSettings
-        from ggufspec.loop.speculation import SpeculativeSettings
-
         sampling = SamplingSettings(temperature=cfg.temperature, seed=seed)
         labels = [] if cfg.is_baseline else cfg.draft.split("+")  # "Q4_1+lookup": both
         if cfg.is_baseline:
@@ -137,8 +135,6 @@ class Ours:
 
 def rejections(gen) -> int:
     """Rounds of a finished generation that rejected: each ends with the target's correction token."""
-    from ggufspec.loop.engine import Source
-
     return sum(1 for s in gen.sources if s is Source.CORRECTION)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ggufspec.bench.atomic import write_atomic
 from ggufspec.bench.configs import BASELINE
 from ggufspec.bench.results import BenchResult
 
@@ -105,12 +106,10 @@ def write_plots(result: BenchResult, out: Path) -> list[Path]:
 
 
 def _save(fig, path: Path) -> Path:
-    """The figure as a PNG at `path`, landing whole (ggufspec.bench.writers.write_atomic)."""
+    """The figure as a PNG at `path`, landing whole (ggufspec.bench.atomic.write_atomic)."""
     import io
 
     import matplotlib.pyplot as plt
-
-    from ggufspec.bench.writers import write_atomic
 
     fig.tight_layout()
     buf = io.BytesIO()

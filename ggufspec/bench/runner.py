@@ -20,18 +20,13 @@ from ggufspec.bench.configs import BenchPlan, Config
 from ggufspec.bench.lockstep import interleave
 from ggufspec.bench.machine import load_now, machine_info
 from ggufspec.bench.ours import Ours, rejections
-from ggufspec.bench.peers import (
-    LlamaCppPython,
-    Transformers,
-    native_dir,
-    run_llama_bench,
-    run_native_speculative,
-    transformers_available,
-)
+from ggufspec.bench.native import native_dir, run_llama_bench, run_native_speculative
+from ggufspec.bench.peers import LlamaCppPython, Transformers, transformers_available
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.bench.results import BenchResult, RunRecord
 from ggufspec.bench.summary import summarise
 from ggufspec.errors import UserError
+from ggufspec.hardware import physical_cores
 
 Progress = Callable[[str, int, int], None]  # (what is running, done, total)
 
@@ -107,8 +102,6 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
     Returns:
         Every run, the machine, the peers, and the summary (see `summarise`).
     """
-    from ggufspec.hardware import physical_cores
-
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     t_start = time.perf_counter()
     load_start = load_now()

@@ -15,13 +15,11 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 from ggufspec.errors import UserError
-from ggufspec.settings import Layers
-
-if TYPE_CHECKING:
-    from ggufspec.loop.speculation import SpeculativeSettings
+from ggufspec.loop.speculation import SpeculativeSettings
+from ggufspec.settings import ContextSettings, Layers, PairSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,9 +59,7 @@ def run_sweep(*, target: str | None, draft: str | None, prompts: Sequence[object
               progress: Callable[[str], None] | None = None) -> list[SweepPoint]:
     """Run the sweep (see the module docstring); one SweepPoint per layer count, in order.
     `speculative`: the speculative runs' settings (bench's speculation flags; None: the defaults)."""
-    from ggufspec.loop.speculation import SpeculativeSettings
     from ggufspec.runtime import load_pair
-    from ggufspec.settings import ContextSettings, PairSettings
 
     spec = speculative or SpeculativeSettings()
     points: list[SweepPoint] = []

@@ -8,12 +8,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
+from ggufspec.bench.atomic import write_atomic
+from ggufspec.bench.plots import write_plots
 from ggufspec.bench.prompts import FILE_SET, PROMPT_SETS
 from ggufspec.bench.results import BenchResult
 
@@ -23,19 +23,6 @@ SET_BLURBS = {
     FILE_SET: "from `--prompts FILE`",
 }
 
-
-def write_atomic(path: Path, data: str | bytes) -> Path:
-    """Write `data` to `path` whole: a temporary file in the same directory, then os.replace."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a report is as readable as any new file
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 CSV_FIELDS = [
     "config", "engine", "draft", "k", "adaptive", "accept", "temperature", "prompt_id", "category", "repeat",
@@ -48,12 +35,6 @@ CSV_FIELDS = [
 def write_json(result: BenchResult, path: Path) -> Path:
     """Everything (`BenchResult.to_dict`)."""
     return write_atomic(path, json.dumps(result.to_dict(), indent=1, default=_json_default) + "\n")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _json_default(o: Any) -> Any:
@@ -273,8 +254,6 @@ def write_outputs(result: BenchResult, out: Path, *, plots: bool = True) -> dict
     files: dict[str, Any] = {}
     if plots:
         try:
-            from ggufspec.bench.plots import write_plots
-
             files["plots"] = write_plots(result, out)
         except ImportError:
             result.peers.setdefault("notes", []).append("plots skipped: pip install matplotlib")

@@ -8,7 +8,7 @@ one. The `gguf` package still supplies the format constants (value types, magic)
 
 Every length and count is bounded by the file size before it is used: a corrupt header is a
 one-line `UserError` naming the field and offset, never a huge allocation. Split models
-(`name-00001-of-00003.gguf`) are opened shard by shard (`_open`); what the keys mean is
+(`name-00001-of-00003.gguf`) are opened shard by shard (`open_headers`); what the keys mean is
 `ggufspec.ggufinfo.read`'s business.
 """
 
@@ -54,7 +54,7 @@ _NUMPY: dict[int, str] = {
 }
 
 
-class _Skipped:
+class Skipped:
     """A string array we walked over without decoding (we only needed its length)."""
 
     def __init__(self, n: int) -> None:
@@ -76,7 +76,7 @@ _MAX_DIMS = 4  # GGML_MAX_DIMS
 _MAX_NESTING = 8  # arrays of arrays: real files nest one level at most
 
 
-class _Header:
+class Header:
     """GGUF key/values and tensor infos of one file, parsed from a memory map.
 
     Every length and count is checked against the bytes left in the file before it is used, so a
@@ -156,7 +156,7 @@ class _Header:
             if itype == GGUFValueType.STRING:
                 self._count(off, count, 8, f"strings of {key!r}")
                 if key not in self._decode:
-                    return _Skipped(count), self._skip_strings(off, count)
+                    return Skipped(count), self._skip_strings(off, count)
                 out = []
                 for _ in range(count):
                     s, off = self._str(off)
@@ -205,7 +205,7 @@ class _Header:
             toff, off = self._u64(off)
             self.raw_tensors.append((name, dims, ttype, toff))
         align = self.kv.get("general.alignment", 32)
-        if not _is_int(align) or align <= 0 or align & (align - 1):
+        if not is_int(align) or align <= 0 or align & (align - 1):
             raise _Corrupt(f"general.alignment is {align!r}, not a power of two")
         self.data_start = (off + align - 1) // align * align
 
@@ -235,7 +235,7 @@ def check_gguf_magic(path: Path) -> None:
         raise _not_gguf(path)
 
 
-def _open(path: Path | str, *, decode_arrays: frozenset[str] = frozenset()) -> list[_Header]:
+def open_headers(path: Path | str, *, decode_arrays: frozenset[str] = frozenset()) -> list[Header]:
     path = Path(path)
     if not path.exists():
         raise UserError(f"model file not found: {path}; check the path")
@@ -244,7 +244,7 @@ def _open(path: Path | str, *, decode_arrays: frozenset[str] = frozenset()) -> l
     headers = []
     for i, p in enumerate(local_shards(path)):
         try:
-            headers.append(_Header(p, decode_arrays=decode_arrays if i == 0 else frozenset()))
+            headers.append(Header(p, decode_arrays=decode_arrays if i == 0 else frozenset()))
         except _Corrupt as exc:
             raise UserError(f"{p} is truncated or corrupt: {exc}; download it again") from None
         except OSError as exc:
@@ -252,7 +252,7 @@ def _open(path: Path | str, *, decode_arrays: frozenset[str] = frozenset()) -> l
     return headers
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     """An integer scalar as the header stores it (a bool is not one)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 

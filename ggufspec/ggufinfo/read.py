@@ -16,7 +16,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from ggufspec.errors import UserError
-from ggufspec.ggufinfo.header import _Header, _is_int, _open, _Skipped
+from ggufspec.ggufinfo.header import Header, Skipped, is_int, open_headers
 from ggufspec.ggufinfo.info import ModelInfo, TensorInfo, VocabInfo
 
 # Sliding-window layer patterns that llama.cpp hard-codes per architecture (set_swa_pattern(n):
@@ -54,7 +54,7 @@ def _kind(value: Any) -> str:
         return f"the number {value}"
     if isinstance(value, np.ndarray):
         return f"an array of {value.size} {value.dtype.name} values"
-    if isinstance(value, (list, _Skipped)):
+    if isinstance(value, (list, Skipped)):
         return f"an array of {len(value)} items"
     return f"the value {value!r}"
 
@@ -77,7 +77,7 @@ class _Keys:
         value = self.kv.get(key)
         if value is None:
             return default
-        if not _is_int(value):
+        if not is_int(value):
             raise self._bad(key, "an integer")
         return int(value)
 
@@ -85,7 +85,7 @@ class _Keys:
         value = self.kv.get(key)
         if value is None:
             return default
-        if not isinstance(value, (bool, np.bool_)) and not _is_int(value):
+        if not isinstance(value, (bool, np.bool_)) and not is_int(value):
             raise self._bad(key, "a boolean")
         return bool(value)
 
@@ -168,7 +168,7 @@ def _vocab_from_kv(keys: _Keys) -> tuple[str, str, str | None, int | None, int |
     tokens = keys.kv.get("tokenizer.ggml.tokens")
     if tokens is None:
         n_vocab = keys.int(f"{keys.kv.get('general.architecture')}.vocab_size", 0)
-    elif isinstance(tokens, (list, _Skipped)):
+    elif isinstance(tokens, (list, Skipped)):
         n_vocab = len(tokens)
     else:
         raise keys._bad("tokenizer.ggml.tokens", "an array of strings")
@@ -185,7 +185,7 @@ def _file_type_name(keys: _Keys) -> str:
         return f"type {ft}"
 
 
-def _tensors(headers: list[_Header]) -> Iterator[TensorInfo]:
+def _tensors(headers: list[Header]) -> Iterator[TensorInfo]:
     for shard, h in enumerate(headers):
         end = 0
         for name, shape, ttype, toff in h.raw_tensors:
@@ -213,7 +213,7 @@ def read_model_info(path: Path | str) -> ModelInfo:
     Raises:
         UserError: the file is missing, unreadable, not GGUF, truncated, or lacks required keys.
     """
-    headers = _open(path)
+    headers = open_headers(path)
     kv = headers[0].kv
     keys = _Keys(kv, headers[0].path)
     arch = keys.text("general.architecture")
@@ -319,7 +319,7 @@ def read_vocab(path: Path | str) -> VocabInfo:
     Raises:
         UserError: the file is missing, unreadable, not GGUF, truncated, or has no token list.
     """
-    header = _open(path, decode_arrays=_TOKEN_KEYS)[0]
+    header = open_headers(path, decode_arrays=_TOKEN_KEYS)[0]
     keys = _Keys(header.kv, header.path)
     tokens = keys.kv.get("tokenizer.ggml.tokens")
     if tokens is None:
@@ -357,8 +357,8 @@ def metadata(path: Path | str) -> dict[str, Any]:
         UserError: as `read_model_info`.
     """
     out: dict[str, Any] = {}
-    for k, v in _open(path)[0].kv.items():
-        if isinstance(v, (_Skipped, list, np.ndarray)) and len(v) > 16:
+    for k, v in open_headers(path)[0].kv.items():
+        if isinstance(v, (Skipped, list, np.ndarray)) and len(v) > 16:
             out[k] = f"[{len(v)} items]"
         elif isinstance(v, np.ndarray):
             out[k] = v.tolist()

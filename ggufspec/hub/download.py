@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ggufspec.errors import UserError
-from ggufspec.hub.env import _COMMIT, _offline
-from ggufspec.hub.failures import _user_error
+from ggufspec.hub.env import COMMIT, is_offline
+from ggufspec.hub.failures import user_error
 from ggufspec.hub.listing import RepoListing, list_repo
-from ggufspec.hub.quants import QuantFiles, _complete, gguf_quant_files, pick_quant_files
+from ggufspec.hub.quants import QuantFiles, check_complete, gguf_quant_files, pick_quant_files
 from ggufspec.models.shards import split_info
 
 
@@ -73,7 +73,7 @@ def fetch(
         if listing.from_cache:  # say that only the cached files were considered
             raise UserError(f"{exc} (listing the local cache only: offline, or the Hub is unreachable)") from None
         raise
-    cache_only = _offline(offline) or listing.from_cache
+    cache_only = is_offline(offline) or listing.from_cache
     paths: list[Path] = []
     sizes: list[int] = []
     digests: list[str | None] = []
@@ -96,7 +96,7 @@ def _variant_of_file(listing: RepoListing, filename: str) -> QuantFiles:
     if info is None or info[2] <= 1:
         return QuantFiles((filename,), 1)
     variant = next(v for v in gguf_quant_files(listing.paths) if filename in v.files)
-    return _complete(variant, listing.repo_id)
+    return check_complete(variant, listing.repo_id)
 
 
 def _quiet_tqdm() -> type:
@@ -128,7 +128,7 @@ def _fetch_file(listing: RepoListing, path_in_repo: str, *, cache_only: bool, pr
         local = Path(hf_hub_download(repo_id, path_in_repo, revision=revision, local_files_only=cache_only,
                                      tqdm_class=None if progress else _quiet_tqdm()))
     except Exception as exc:  # noqa: BLE001 - mapped or re-raised
-        raise _user_error(exc, repo_id=repo_id, revision=listing.revision, filename=path_in_repo,
+        raise user_error(exc, repo_id=repo_id, revision=listing.revision, filename=path_in_repo,
                           offline=cache_only) from exc
 
     commit = _snapshot_commit(local)
@@ -155,7 +155,7 @@ def _snapshot_commit(local: Path) -> str | None:
     parts = local.parts
     if "snapshots" in parts:
         i = len(parts) - 1 - parts[::-1].index("snapshots")
-        if i + 1 < len(parts) and _COMMIT.match(parts[i + 1]):
+        if i + 1 < len(parts) and COMMIT.match(parts[i + 1]):
             return parts[i + 1]
     return None
 

@@ -10,24 +10,24 @@ import os
 import re
 from pathlib import Path
 
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a snapshot folder / refs file holds a commit hash
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")  # the blob of an LFS file is named by its sha256
+COMMIT = re.compile(r"^[0-9a-f]{40}$")  # a snapshot folder / refs file holds a commit hash
+SHA256 = re.compile(r"^[0-9a-f]{64}$")  # the blob of an LFS file is named by its sha256
 
 
-def _offline(flag: bool) -> bool:
+def is_offline(flag: bool) -> bool:
     from huggingface_hub import constants
 
     env = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
     return bool(flag or constants.HF_HUB_OFFLINE or env)
 
 
-def _endpoint() -> str:
+def hub_endpoint() -> str:
     from huggingface_hub import constants
 
     return constants.ENDPOINT
 
 
-def _storage_folder(repo_id: str) -> Path:
+def storage_folder(repo_id: str) -> Path:
     from huggingface_hub import constants
 
     return Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))

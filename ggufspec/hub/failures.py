@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 
 from ggufspec.errors import UserError
-from ggufspec.hub.env import _endpoint
+from ggufspec.hub.env import hub_endpoint
 
 
 def _connection_errors() -> tuple[type[BaseException], ...]:
@@ -30,22 +30,22 @@ def _status(exc: BaseException) -> int | None:
     return getattr(response, "status_code", None)
 
 
-def _reason(exc: BaseException) -> str:
+def failure_reason(exc: BaseException) -> str:
     status = _status(exc)
     return f"HTTP {status}" if status is not None else type(exc).__name__
 
 
-def _is_unreachable(exc: BaseException) -> bool:
+def is_unreachable(exc: BaseException) -> bool:
     status = _status(exc)
     return isinstance(exc, _connection_errors()) or (status is not None and status >= 500)
 
 
-def _user_error(exc: BaseException, *, repo_id: str, revision: str, filename: str | None = None,
+def user_error(exc: BaseException, *, repo_id: str, revision: str, filename: str | None = None,
                 offline: bool = False) -> BaseException:
     """One clear ``UserError`` for a ``huggingface_hub`` failure (other exceptions pass through)."""
     from huggingface_hub import errors, get_token
 
-    endpoint = _endpoint()
+    endpoint = hub_endpoint()
     what = f"{repo_id}/{filename}" if filename else repo_id
     status = _status(exc)
     if isinstance(exc, (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled)):

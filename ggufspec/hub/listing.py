@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ggufspec.errors import UserError
-from ggufspec.hub.env import _COMMIT, _SHA256, _endpoint, _offline, _storage_folder
-from ggufspec.hub.failures import _is_unreachable, _reason, _user_error
+from ggufspec.hub.env import COMMIT, SHA256, hub_endpoint, is_offline, storage_folder
+from ggufspec.hub.failures import failure_reason, is_unreachable, user_error
 from ggufspec.hub.names import check_repo_id, check_revision
 
 log = logging.getLogger(__name__)
@@ -49,15 +49,15 @@ class RepoListing:
 
 def _cached_listing(repo_id: str, revision: str) -> RepoListing | None:
     """The files of ``repo_id`` at ``revision`` that the local cache holds, or None."""
-    storage = _storage_folder(repo_id)
-    commit: str | None = revision if _COMMIT.match(revision) else None
+    storage = storage_folder(repo_id)
+    commit: str | None = revision if COMMIT.match(revision) else None
     if commit is None:
         ref = storage / "refs" / revision
         try:
             commit = ref.read_text().strip()
         except OSError:
             return None
-        if not _COMMIT.match(commit):  # a refs file holds a commit hash, nothing else
+        if not COMMIT.match(commit):  # a refs file holds a commit hash, nothing else
             return None
     snapshot = storage / "snapshots" / commit
     if not snapshot.is_dir():
@@ -68,7 +68,7 @@ def _cached_listing(repo_id: str, revision: str) -> RepoListing | None:
             continue
         blob = Path(os.path.realpath(p)).name  # the blob of an LFS file is named by its sha256
         files.append(RepoFile(p.relative_to(snapshot).as_posix(), p.stat().st_size,
-                              blob if _SHA256.match(blob) else None))
+                              blob if SHA256.match(blob) else None))
     return RepoListing(repo_id, revision, commit, tuple(files), from_cache=True)
 
 
@@ -92,10 +92,10 @@ def list_repo(repo_id: str, *, revision: str | None = None, offline: bool = Fals
     check_repo_id(repo_id)
     rev = revision or "main"
     check_revision(rev)
-    if _offline(offline):
+    if is_offline(offline):
         cached = _cached_listing(repo_id, rev)
         if cached is None:
-            raise UserError(f"{repo_id}@{rev} is not in the Hugging Face cache ({_storage_folder(repo_id).parent}) "
+            raise UserError(f"{repo_id}@{rev} is not in the Hugging Face cache ({storage_folder(repo_id).parent}) "
                             "and offline mode is on (--offline or HF_HUB_OFFLINE=1); "
                             "run `ggufspec pull` with network access first")
         return cached
@@ -104,15 +104,15 @@ def list_repo(repo_id: str, *, revision: str | None = None, offline: bool = Fals
     try:
         info = HfApi().model_info(repo_id, revision=revision, files_metadata=True)
     except Exception as exc:  # noqa: BLE001 - mapped or re-raised below
-        if _is_unreachable(exc):
+        if is_unreachable(exc):
             cached = _cached_listing(repo_id, rev)
             if cached is not None:
                 log.warning("the Hugging Face Hub at %s cannot be reached (%s); using the cached %s@%s",
-                            _endpoint(), type(exc).__name__, repo_id, rev)
+                            hub_endpoint(), type(exc).__name__, repo_id, rev)
                 return cached
-            raise UserError(f"cannot reach the Hugging Face Hub at {_endpoint()} ({_reason(exc)}) and "
+            raise UserError(f"cannot reach the Hugging Face Hub at {hub_endpoint()} ({failure_reason(exc)}) and "
                             f"{repo_id}@{rev} is not in the cache; check the network (and HF_ENDPOINT)") from exc
-        raise _user_error(exc, repo_id=repo_id, revision=rev) from exc
+        raise user_error(exc, repo_id=repo_id, revision=rev) from exc
     files = tuple(
         RepoFile(s.rfilename, s.lfs.size if s.lfs else s.size, s.lfs.sha256 if s.lfs else None)
         for s in (info.siblings or ())

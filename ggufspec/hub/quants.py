@@ -122,11 +122,11 @@ def pick_quant_files(paths: Sequence[str], quant: str | None, *, repo_id: str) -
     quants = ", ".join(available_quants(paths))
     if quant is None:
         if len(variants) == 1:
-            return _complete(variants[0], repo_id)
+            return check_complete(variants[0], repo_id)
         for default in DEFAULT_QUANTS:
             chosen = _by_quant(variants, default)
             if len(chosen) == 1:
-                return _complete(chosen[0], repo_id)
+                return check_complete(chosen[0], repo_id)
         raise UserError(f"{repo_id} holds several GGUF models; name one: {repo_id}:QUANT with QUANT one of {quants}")
     chosen = _by_quant(variants, quant)
     if not chosen:
@@ -135,7 +135,7 @@ def pick_quant_files(paths: Sequence[str], quant: str | None, *, repo_id: str) -
         names = ", ".join(v.first for v in chosen)
         raise UserError(f"quant {quant!r} is ambiguous in {repo_id}: it matches {names}; "
                         f"name the file: {repo_id}/<file>.gguf")
-    return _complete(chosen[0], repo_id)
+    return check_complete(chosen[0], repo_id)
 
 
 def _by_quant(variants: Sequence[QuantFiles], quant: str) -> list[QuantFiles]:
@@ -144,7 +144,7 @@ def _by_quant(variants: Sequence[QuantFiles], quant: str) -> list[QuantFiles]:
     return [v for lvl, v in levels if best and lvl == best]
 
 
-def _complete(variant: QuantFiles, repo_id: str) -> QuantFiles:
+def check_complete(variant: QuantFiles, repo_id: str) -> QuantFiles:
     if variant.missing:
         raise UserError(f"{repo_id} lacks shard(s) {', '.join(map(str, variant.missing))} of "
                         f"{variant.count} of {variant.first}; the repo is incomplete")

@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
+from ggufspec.errors import UserError
 from ggufspec.llama import compute, kernels, stall
 
 kernels.preload_cxx_runtime()  # before llama_cpp loads its libraries (see there)
@@ -85,8 +86,6 @@ def batch_invariant_kernels() -> bool:
     Q8_0/Q4_0/Q4_1 weights are batch-invariant (measured)."""
     if b"LLAMAFILE = 1" not in llama.llama_print_system_info():
         return True
-    from ggufspec.llama import kernels
-
     lib = kernels.current_overlay()
     return (lib is not None and os.environ.get("LLAMA_CPP_LIB_PATH") == str(lib)
             and kernels.overlay_variant(lib) == "tinyblas")
@@ -113,8 +112,6 @@ def repack() -> bool:
     """
     value = os.environ.get(REPACK_ENV, "auto").strip().lower() or "auto"
     if value not in ("auto", "on", "off"):
-        from ggufspec.errors import UserError
-
         raise UserError(f"{REPACK_ENV} takes auto, on or off, got {value!r}; unset it for auto")
     if value != "auto":
         return value == "on"

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ggufspec.errors import UserError
+from ggufspec.models.refs import LocalRef, parse_ref
 
 __all__ = ["PairEntry", "get_pair", "load_pairs", "models_dir"]
 
@@ -107,8 +108,6 @@ def _load(path: Path) -> PairEntry:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
-    from ggufspec.models.refs import LocalRef, parse_ref
-
     name = path.stem
     where = f"pair file {path}"
     if not _PAIR_NAME.match(name):

@@ -25,6 +25,7 @@ from typing import Callable
 
 from ggufspec.errors import UserError
 from ggufspec.hub import sha256_file
+from ggufspec.llama.kernels import installed_version
 from ggufspec.paths import cache_dir
 from ggufspec.temps import remove_stale
 
@@ -124,7 +125,6 @@ def resolve_embedded(name: str, quant: str) -> Path:
     quant = resolve_quant(quant)
     if quant == model.shipped_quant:
         return src
-    from ggufspec.llama.kernels import installed_version
     from ggufspec.llama.quantize import FTYPES  # only deriving needs llama.cpp
 
     if quant not in FTYPES:

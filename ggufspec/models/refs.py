@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Union
 
+from ggufspec import hub
 from ggufspec.errors import UserError
+from ggufspec.hub import check_repo_id, check_revision  # huggingface_hub is imported lazily
+from ggufspec.models.embedded import resolve_embedded
 from ggufspec.models.shards import local_shards
 
 __all__ = [
@@ -143,8 +146,6 @@ def _parse_hub(text: str) -> HubRef | None:
             return None
     if not _REPO.match(repo_id) and base.lower().endswith(".gguf"):
         return None  # a (missing) local file such as dir/my model.gguf, not a Hub name
-    from ggufspec.hub import check_repo_id, check_revision  # huggingface_hub is imported lazily
-
     check_repo_id(repo_id, ref=text)
     if revision:
         check_revision(revision, ref=text)
@@ -206,11 +207,7 @@ def resolve_model(ref: str, *, offline: bool = False, progress: bool = True, ver
             check_gguf_magic(shard)
         return ResolvedModel(ref, shards, "local")
     if isinstance(parsed, EmbeddedRef):
-        from ggufspec.models.embedded import resolve_embedded
-
         return ResolvedModel(ref, (Path(resolve_embedded(parsed.name, parsed.quant)),), "embedded")
-    from ggufspec import hub
-
     model = hub.fetch(parsed.repo_id, quant=parsed.quant, filename=parsed.filename, revision=parsed.revision,
                       offline=offline, progress=progress, verify=verify)
     return ResolvedModel(ref, model.paths, "hub", model.sha256)

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ggufspec.errors import UserError
+from ggufspec.models.catalog import get_pair
+from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
 
 LOOKUP = "lookup"  # prompt lookup: drafts copied from the history, no second model
 NONE = "none"  # no drafter: the target alone
@@ -60,12 +62,8 @@ def resolve_pair_refs(
     if pair:
         if target is not None or (drafts is not None and not extra_drafts):
             raise UserError("--pair names both models; drop --target/--draft, or drop --pair")
-        from ggufspec.models.catalog import get_pair
-
         entry = get_pair(pair)
         return PairRefs(target=entry.target, drafts=_dedupe([entry.draft, *(drafts or [])]))
-    from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
-
     if target is None:
         return PairRefs(target=DEFAULT_TARGET, drafts=_dedupe([DEFAULT_DRAFT, LOOKUP] if drafts is None else drafts))
     return PairRefs(target=str(target), drafts=_dedupe(list(target_only_drafts) if drafts is None else drafts))

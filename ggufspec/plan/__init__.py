@@ -1,8 +1,9 @@
 """Offload planning for a target and a draft: a memory model and a placement (pure).
 
     memory     bytes of weights, KV cache and compute buffer per model and device
-    placement  where each model's layers go over the GPUs; the plan and its devices
+    placement  where each model's layers go over the GPUs; what a plan and its devices hold
     advice     what would make a plan that does not fit fit
+    offload    the plan: placement, each device's bytes, advice (`plan_offload`)
     load       the plan as llama.cpp load arguments (`--ngl auto`)
     fit        does a --ctx fit the machine at all (checked before llama.cpp makes a context)
 
@@ -22,6 +23,7 @@ from ggufspec.plan.memory import (
     kv_cells,
     layer_kv_bytes,
 )
+from ggufspec.plan.offload import plan_offload
 from ggufspec.plan.placement import (
     DeviceUse,
     GpuBudget,
@@ -29,7 +31,6 @@ from ggufspec.plan.placement import (
     OffloadPlan,
     Placement,
     place_model,
-    plan_offload,
     usage,
 )
 

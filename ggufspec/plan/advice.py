@@ -7,17 +7,12 @@ from typing import Sequence
 
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import ModelInfo
-from ggufspec.plan.memory import _CACHE_BLOCKS, KV_PAD, MemoryEstimate, _pad, check_cache_types, layer_kv_bytes
-from ggufspec.plan.placement import GpuBudget, OffloadPlan, Placement, _place_pair, usage
+from ggufspec.hardware import format_bytes
+from ggufspec.plan.memory import CACHE_BLOCKS, KV_PAD, MemoryEstimate, check_cache_types, layer_kv_bytes, pad
+from ggufspec.plan.placement import GpuBudget, OffloadPlan, Placement, place_pair, usage
 from ggufspec.settings import ContextSettings
 
 # ---- advice --------------------------------------------------------------------------------
-
-
-def _fmt(n: int) -> str:
-    from ggufspec.hardware import format_bytes
-
-    return format_bytes(n)
 
 
 def _whole_need(info: ModelInfo, context: ContextSettings) -> MemoryEstimate:
@@ -30,7 +25,7 @@ def _whole_need(info: ModelInfo, context: ContextSettings) -> MemoryEstimate:
 def _quiet(target: ModelInfo, draft: ModelInfo | None, context: ContextSettings, draft_context: ContextSettings,
            gpus: Sequence[GpuBudget], margin: int) -> tuple[bool, int, bool]:
     """(pair wholly on GPUs?, target layers offloaded, draft wholly on a GPU?) for other settings."""
-    tplace, dplace, _ = _place_pair(target, draft, context, draft_context, gpus, margin)
+    tplace, dplace, _ = place_pair(target, draft, context, draft_context, gpus, margin)
     d_ok = draft is None or (dplace is not None and dplace.n_gpu_layers >= draft.n_layer + 1)
     return d_ok and tplace.n_gpu_layers >= target.n_layer + 1, tplace.n_gpu_layers, d_ok
 
@@ -41,11 +36,11 @@ def advice(plan: OffloadPlan, target: ModelInfo, draft: ModelInfo | None, contex
     t_all, d_all = target.n_layer + 1, (draft.n_layer + 1 if draft else 0)
     if not plan.ram_ok:
         lines.append(
-            f"RAM: the CPU side needs {_fmt(plan.ram_bytes)} but {_fmt(plan.ram_available_bytes or 0)} is available"
+            f"RAM: the CPU side needs {format_bytes(plan.ram_bytes)} but {format_bytes(plan.ram_available_bytes or 0)} is available"
         )
     if not gpus:
         lines.append(
-            f"no GPU: everything runs on the CPU ({_fmt(plan.ram_bytes)} of RAM); "
+            f"no GPU: everything runs on the CPU ({format_bytes(plan.ram_bytes)} of RAM); "
             "plan for a GPU with --vram SIZE"
         )
         return lines
@@ -56,19 +51,19 @@ def advice(plan: OffloadPlan, target: ModelInfo, draft: ModelInfo | None, contex
     best = max(max(0, g.free_bytes - margin) for g in gpus)
     if draft is not None and plan.draft is not None and not plan.draft.whole_on_gpu:
         lines.append(
-            f"the draft does not fit whole on a GPU: it needs {_fmt(d_need)} "
-            f"(weights {_fmt(d_est.weights_bytes)}, KV {_fmt(d_est.kv_bytes)}, compute {_fmt(d_est.compute_bytes)}) "
-            f"but the largest GPU has {_fmt(best)} usable; a smaller draft (at most {_fmt(best)} on GPU) would fit, "
+            f"the draft does not fit whole on a GPU: it needs {format_bytes(d_need)} "
+            f"(weights {format_bytes(d_est.weights_bytes)}, KV {format_bytes(d_est.kv_bytes)}, compute {format_bytes(d_est.compute_bytes)}) "
+            f"but the largest GPU has {format_bytes(best)} usable; a smaller draft (at most {format_bytes(best)} on GPU) would fit, "
             f"{plan.draft.n_gpu_layers}/{d_all} of its layers are on GPU now"
         )
     if not plan.target.whole_on_gpu:
         lines.append(
-            f"{plan.target.n_gpu_layers}/{t_all} target layers on GPU: the pair needs {_fmt(t_need + d_need)} of GPU "
-            f"memory (target {_fmt(t_need)}" + (f", draft {_fmt(d_need)}" if draft else "") +
-            f") but {_fmt(usable)} is usable ({_fmt(margin)} margin kept per GPU)"
+            f"{plan.target.n_gpu_layers}/{t_all} target layers on GPU: the pair needs {format_bytes(t_need + d_need)} of GPU "
+            f"memory (target {format_bytes(t_need)}" + (f", draft {format_bytes(d_need)}" if draft else "") +
+            f") but {format_bytes(usable)} is usable ({format_bytes(margin)} margin kept per GPU)"
         )
     # a smaller context: the largest that fits the pair wholly, else the draft wholly
-    n_now = _pad(context.n_ctx or target.context_length or 4096, KV_PAD)
+    n_now = pad(context.n_ctx or target.context_length or 4096, KV_PAD)
 
     def largest_ctx(pred_index: int) -> int:
         lo, hi, found = 1, n_now // KV_PAD - 1, 0
@@ -91,7 +86,7 @@ def advice(plan: OffloadPlan, target: ModelInfo, draft: ModelInfo | None, contex
             lines.append(f"--ctx {draft_ctx} would fit the draft wholly on GPU (now {n_now})")
     # a quantized KV cache
     for qt in ("q8_0", "q4_0"):
-        if _CACHE_BLOCKS[qt][1] / _CACHE_BLOCKS[qt][0] >= _CACHE_BLOCKS[context.cache_type_k][1] / _CACHE_BLOCKS[context.cache_type_k][0]:
+        if CACHE_BLOCKS[qt][1] / CACHE_BLOCKS[qt][0] >= CACHE_BLOCKS[context.cache_type_k][1] / CACHE_BLOCKS[context.cache_type_k][0]:
             continue
         s = replace(context, cache_type_k=qt, cache_type_v=qt)
         ds = replace(draft_context, cache_type_k=qt, cache_type_v=qt)
@@ -107,12 +102,12 @@ def advice(plan: OffloadPlan, target: ModelInfo, draft: ModelInfo | None, contex
         if not ok and ngl <= plan.target.n_gpu_layers:
             continue  # no better than now
         what = "would fit the pair wholly on GPU" if ok else f"would put {ngl}/{t_all} target layers on GPU"
-        lines.append(f"--cache-type {qt} (KV {_fmt(kv_now)} -> {_fmt(kv_q)}) {what}")
+        lines.append(f"--cache-type {qt} (KV {format_bytes(kv_now)} -> {format_bytes(kv_q)}) {what}")
         if ok:
             break
     # more memory
     per_gpu_extra = max(0, t_need + d_need + margin * len(gpus) - sum(g.free_bytes for g in gpus))
     if per_gpu_extra:
-        lines.append(f"about {_fmt(per_gpu_extra)} more free GPU memory would fit the pair at these settings")
+        lines.append(f"about {format_bytes(per_gpu_extra)} more free GPU memory would fit the pair at these settings")
     return lines
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from ggufspec.ggufinfo import read_model_info
 from ggufspec.plan.memory import DEFAULT_MARGIN
-from ggufspec.plan.placement import GpuBudget, plan_offload
+from ggufspec.plan.offload import plan_offload
+from ggufspec.plan.placement import GpuBudget
 from ggufspec.settings import ContextSettings
 
 
@@ -34,8 +36,6 @@ def plan_for_load(
     Raises:
         UserError: unreadable GGUF, or a KV cache type the model cannot use.
     """
-    from ggufspec.ggufinfo import read_model_info
-
     t_info = read_model_info(target)
     d_info = read_model_info(draft) if draft is not None else None
     plan = plan_offload(target=t_info, draft=d_info, gpus=GpuBudget.from_gpus(gpus), context=context,

@@ -37,8 +37,8 @@ DEFAULT_MARGIN = 1 * GiB
 KV_PAD = 256
 
 # bytes per block and elements per block (ggml type traits)
-_CACHE_BLOCKS: dict[str, tuple[int, int]] = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
-assert set(_CACHE_BLOCKS) == set(CACHE_TYPES)
+CACHE_BLOCKS: dict[str, tuple[int, int]] = {"f32": (1, 4), "f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
+assert set(CACHE_BLOCKS) == set(CACHE_TYPES)
 
 
 def _resolved(context: ContextSettings) -> ContextSettings:
@@ -71,12 +71,12 @@ class MemoryEstimate:
         return {"weights_bytes": self.weights_bytes, "kv_bytes": self.kv_bytes, "compute_bytes": self.compute_bytes}
 
 
-def _pad(n: int, to: int) -> int:
+def pad(n: int, to: int) -> int:
     return (n + to - 1) // to * to
 
 
 def _row_bytes(cache_type: str, n: int) -> int:
-    block, size = _CACHE_BLOCKS[cache_type]
+    block, size = CACHE_BLOCKS[cache_type]
     return n // block * size
 
 
@@ -84,14 +84,14 @@ def kv_cells(info: ModelInfo, context: ContextSettings) -> tuple[int, int]:
     """KV cells of full-attention layers and of sliding-window layers."""
     _resolved(context)
     n_ctx = context.n_ctx or info.context_length or 4096
-    cells = _pad(n_ctx, KV_PAD)
+    cells = pad(n_ctx, KV_PAD)
     if context.swa_full or not info.n_swa:
         return cells, cells
-    return cells, min(cells, _pad(info.n_swa + _ubatch(info, context), KV_PAD))
+    return cells, min(cells, pad(info.n_swa + _ubatch(info, context), KV_PAD))
 
 
 def _ubatch(info: ModelInfo, context: ContextSettings) -> int:
-    n_ctx = _pad(context.n_ctx or info.context_length or 4096, KV_PAD)
+    n_ctx = pad(context.n_ctx or info.context_length or 4096, KV_PAD)
     return min(context.n_ubatch, context.n_batch, n_ctx)
 
 
@@ -103,7 +103,7 @@ def check_cache_types(info: ModelInfo, context: ContextSettings) -> None:
     """
     _resolved(context)
     for label, t, dims in (("K", context.cache_type_k, info.head_dim_k), ("V", context.cache_type_v, info.head_dim_v)):
-        block = _CACHE_BLOCKS[t][0]
+        block = CACHE_BLOCKS[t][0]
         bad = sorted({d for d in dims if d % block})
         if bad:
             raise UserError(
@@ -139,7 +139,7 @@ def compute_bytes(info: ModelInfo, context: ContextSettings, *, layers: bool = T
     """
     t = _ubatch(info, context)
     full, swa = kv_cells(info, context)
-    t_pad = _pad(t, 64)
+    t_pad = pad(t, 64)
     inputs = t * 32  # token ids, positions, KV indices
     base = 4 * t * 2 * info.n_embd  # embeddings in, normed hidden state
     if not layers and not output:

@@ -21,7 +21,7 @@ from ggufspec.server import adapter
 from ggufspec.server.error_bodies import APIError, shutting_down
 from ggufspec.server.eta import WaitEstimate
 from ggufspec.server.metrics import Metrics
-from ggufspec.server.worker import Job, _lost, run_job
+from ggufspec.server.worker import Job, device_lost_error, run_job
 
 log = logging.getLogger("ggufspec.server")
 
@@ -73,7 +73,7 @@ class SlotWorker:
             jobs = list(self._assigned.values()) + list(self._waiting)
             self._waiting = deque()
         for job in jobs:
-            job.emit("error", _lost(reason))
+            job.emit("error", device_lost_error(reason))
 
     def start(self) -> None:
         if self._stopping:
@@ -107,7 +107,7 @@ class SlotWorker:
         """Hand the job to a free slot or queue it; raise 429 (all busy, line full) / 503."""
         with self._cond:
             if self.lost is not None:
-                raise _lost(self.lost)
+                raise device_lost_error(self.lost)
             if self._stopping or not all(t.is_alive() for t in self._threads):
                 raise shutting_down()
             if any(j.cancel.is_set() for j in self._waiting):

@@ -27,7 +27,7 @@ from ggufspec.server.metrics import Metrics
 log = logging.getLogger("ggufspec.server")
 
 
-def _lost(reason: str) -> APIError:
+def device_lost_error(reason: str) -> APIError:
     return APIError(503, f"an RPC worker stopped answering ({reason}); this server can no longer generate: "
                          "restart the worker and the server", type="server_error", code="device_lost")
 
@@ -95,7 +95,7 @@ class Worker:
             jobs = ([self._current] if self._current is not None else []) + list(self._waiting)
             self._waiting = deque()
         for job in jobs:
-            job.emit("error", _lost(reason))
+            job.emit("error", device_lost_error(reason))
 
     @property
     def busy(self) -> bool:
@@ -136,7 +136,7 @@ class Worker:
         """Queue a job, or raise 429 (queue full) / 503 (shutting down)."""
         with self._cond:
             if self.lost is not None:
-                raise _lost(self.lost)
+                raise device_lost_error(self.lost)
             if self._stopping or not self._thread.is_alive():
                 raise shutting_down()
             # Jobs whose clients left give their places up now, not when the worker reaches them.
