@@ -164,7 +164,7 @@ _DRAFT_STYLES = ("green", "cyan", "magenta", "yellow")  # accepted drafts, one c
 
 
 def _stream(gen, *, colour: bool, drafters: list[str]) -> None:
-    from ggufspec.loop.engine import Source
+    from ggufspec.loop.rounds import Source
 
     styles = {Source.DRAFT: "green", Source.CORRECTION: "red", Source.BONUS: "blue", Source.TARGET: "default"}
     by_drafter = {name: _DRAFT_STYLES[i % len(_DRAFT_STYLES)] for i, name in enumerate(drafters)}
