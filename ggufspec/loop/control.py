@@ -122,12 +122,15 @@ share a structured cost model, and exploration is a deterministic retry schedule
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence, TypeVar
 
 from ggufspec.loop.estimates import B_MODEL, DrafterModel, Realized, Samples, fit_line
 from ggufspec.loop.rounds import NONE, Candidate, Choice, Round
+
+T = TypeVar("T")
 
 # nominal costs in units of a target step (priors; the only costs of a counted controller;
 # the draft step and accept priors are in ggufspec.loop.estimates)
@@ -166,6 +169,24 @@ class ControlSettings:
             raise ValueError(f"bad control settings: {self}")
 
 
+def _per_state(method: Callable[..., T]) -> Callable[..., T]:
+    """`method`'s value computed once per state of the estimates: `choose` asks each estimate
+    several times a round (at every K of every source), and only `observe` and `begin` change what
+    they are made from (each empties `DraftController._memo`)."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def cached(self: DraftController, *args: object, **kwargs: object) -> T:
+        key = (name, args, *kwargs.items())
+        try:
+            return self._memo[key]  # type: ignore[return-value]
+        except KeyError:
+            value = self._memo[key] = method(self, *args, **kwargs)
+            return value
+
+    return cached
+
+
 class DraftController:
     """Chooses each round's drafter and draft length; learns from `observe`. One per pair, kept
     across generations (its estimates are the machine's and the drafters', not one prompt's)."""
@@ -177,7 +198,9 @@ class DraftController:
         self._base = Samples(settings.window)  # seconds of rounds that drafted nothing
         self._bound = Samples(settings.window)  # verify-and-Python seconds of rounds that drafted
         self._verify: dict[int, Samples] = {}  # K -> verify-and-Python seconds of rounds of K drafts
-        self._fit_memo: tuple[tuple, tuple[float, float]] = ((), (0.0, 0.0))
+        # the estimates of this round, computed once: choose asks each several times a round (at
+        # every K of every source), and only observe and begin change what they are made from
+        self._memo: dict[tuple, object] = {}
         if not timed:
             self._base.add(0, 1.0)  # counted: a round of the target alone is the unit, no calibration
         self._sources: dict[str, Realized] = {}
@@ -188,7 +211,6 @@ class DraftController:
         self._confirming = False  # the last retry round was a confirmation (never re-arms it)
         self._recheck = False  # a is suspect: measure the target alone again
         self._leader: str | None = None  # the source with the best estimate when last chosen
-        self._a_memo: tuple[tuple, float | None] = ((), None)
         self._opening: dict[str, int] = {}  # draft model -> opening rounds left in this generation
         self._rates: dict[str, float] = {}  # each source's estimate when last chosen
         self._pooled: dict[str, float] = {}  # ... its rate over all generations
@@ -203,17 +225,13 @@ class DraftController:
 
     # ---- estimates ----------------------------------------------------------------------------
 
+    @_per_state
     def base_s(self) -> float | None:
         """a: one round of the target alone, seconds (None: not measured yet)."""
-        key = (self.round, self._base._memo[0], self._bound._memo[0])
-        if self._a_memo[0] == key:  # asked several times a round
-            return self._a_memo[1]
         horizon = 2 * self.settings.retry
         found = [x for x in (self._base.median(self.round, horizon, low=True),
                              self._bound.median(self.round, horizon, low=True)) if x is not None]
-        a = min(found) if found and self._base else None
-        self._a_memo = ((self.round, self._base._memo[0], self._bound._memo[0]), a)
-        return a
+        return min(found) if found and self._base else None
 
     def _model(self, name: str, free: bool) -> DrafterModel:
         m = self._drafters.get(name)
@@ -241,22 +259,19 @@ class DraftController:
         v0, v = self._verify_line(a)
         return a + v0 + v * k
 
+    @_per_state
     def _verify_line(self, a: float) -> tuple[float, float]:
         """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (docstring): the
         median of each K measured lately weighs min(n, 4) samples, the prior's two points
         `_PRIOR_WEIGHT` each."""
-        key = (self.round, a, tuple((k, len(x)) for k, x in self._verify.items()))
-        if self._fit_memo[0] == key:
-            return self._fit_memo[1]
         pts = [(1.0, a * (_V0 + _V1), _PRIOR_WEIGHT), (8.0, a * (_V0 + 8 * _V1), _PRIOR_WEIGHT)]  # (K, V(K) - a, weight)
         for k, samples in self._verify.items():
             m = samples.median(self.round, 2 * self.settings.retry)
             if m is not None:
                 pts.append((float(k), m - a, float(min(len(samples), 4))))
-        line = fit_line(pts)
-        self._fit_memo = (key, line)
-        return line
+        return fit_line(pts)
 
+    @_per_state
     def per_token_s(self, name: str) -> float | None:
         """b_d: draft seconds of a call after the round's first, drafter `name` (None: no drafter of that name)."""
         m = self._drafters.get(name)
@@ -266,6 +281,7 @@ class DraftController:
         b = m.per_token.median(self.round, 2 * self.settings.retry)
         return b if b is not None else m.b_prior * a
 
+    @_per_state
     def draft_cost_s(self, name: str, k: int) -> float | None:
         """D_d(K) = f_d + (K - 1) b_d: seconds drafter `name` takes to propose `k` tokens (f_d = b_d
         until a first call was measured; None: no drafter of that name)."""
@@ -275,6 +291,7 @@ class DraftController:
         f = self._drafters[name].first.median(self.round, 2 * self.settings.retry) if self.timed else None
         return (b if f is None else f) + (k - 1) * b
 
+    @_per_state
     def catchup_s(self, name: str) -> float | None:
         """u_d: seconds a draft model takes to catch up on one token of history it missed."""
         m = self._drafters.get(name)
@@ -286,14 +303,32 @@ class DraftController:
         u = m.catchup.median(self.round, 2 * self.settings.retry)
         return u if u is not None else _U_MODEL * a
 
+    @_per_state
+    def round_costs(self, name: str, cap: int) -> tuple[float, ...] | None:
+        """T_d(K) = V(K) + D_d(K) for K = 0..cap, seconds (None: unmeasured): the cost model at
+        every K at once, as `best_len` and `prior_rate` scan them."""
+        a, b = self.base_s(), self.per_token_s(name)
+        if a is None or b is None:
+            return None
+        v0, v = self._verify_line(a)
+        f = self._drafters[name].first.median(self.round, 2 * self.settings.retry) if self.timed else None
+        f = b if f is None else f
+        return (a, *(max(a + v0 + v * k + f + (k - 1) * b, 1e-12) for k in range(1, cap + 1)))
+
+    @_per_state
     def prior_rate(self, name: str, *, lo: int, cap: int) -> float | None:
         """The best E(K) / T(K) with the measured costs and the prior accept rate alpha0."""
-        if self.base_s() is None or self.per_token_s(name) is None or cap < lo:
+        costs = self.round_costs(name, cap) if cap >= lo else None
+        if costs is None:
             return None
         alpha = self._drafters[name].alpha0
-        return max(sum(alpha**i for i in range(k + 1))
-                   / max(self.verify_s(k) + self.draft_cost_s(name, k), 1e-12)  # type: ignore[operator]
-                   for k in range(lo, cap + 1))
+        best, e, term = 0.0, 1.0, 1.0
+        for k in range(1, cap + 1):
+            term *= alpha
+            e += term  # E(K) = sum_{i=0..K} alpha^i
+            if k >= lo:
+                best = max(best, e / costs[k])
+        return best
 
     def wants(self, name: str, *, backlog: int | None = None, remaining: int | None = None) -> bool:
         """Should draft model `name` be prefilled with a new prompt? Yes when it may run soon:
@@ -347,6 +382,7 @@ class DraftController:
         one round is too little (an early rejection is common at a reply's first words: in the
         bench, one round at K = 1 at a chat prompt's start left the draft out for 125 rounds,
         0.83x the best fixed K on that category)."""
+        self._memo.clear()  # this generation's counts start now
         # a model that lost clearly when last chosen (not within `close` of the best): one round
         best = max(self._rates.values(), default=0.0)
         exploring, self._exploring = self._exploring, set()
@@ -362,6 +398,7 @@ class DraftController:
         for name, (tokens, seconds) in (prefill or {}).items():  # `prefill`: tokens and seconds each took
             if tokens >= 16:  # (a few tokens measure the call, not the tokens)
                 self._model(name, False).prefill.add(self.round, seconds / tokens)
+        self._memo.clear()
 
     def _pays(self, name: str, backlog: int, rate: float, other: float, remaining: int, *,
               prefill: bool = False) -> bool:
@@ -383,7 +420,8 @@ class DraftController:
         measured = m.prefill.median(self.round, 1 << 30) if m is not None and self.timed else None
         return measured if measured is not None else (self.catchup_s(name) or 0.0)
 
-    def prefix_accept(self, name: str, n: int, *, optimistic: bool = False) -> list[float]:
+    @_per_state
+    def prefix_accept(self, name: str, n: int, *, optimistic: bool = False) -> tuple[float, ...]:
         """pi_d(1..n): P(the first i drafts of `name` are all accepted), i = 1..n. `optimistic`:
         each conditional rate at least the prior alpha0 (the K a retry tests: a retry at the K
         the measured curve gives, after early rejections K = 1, cannot show that drafting pays,
@@ -406,22 +444,25 @@ class DraftController:
                 c = (m.gen_accepted_at[i] + w * cond) / (m.gen_drafted_at[i] + w)
             pi *= max(c, m.alpha0) if optimistic else c
             out.append(pi)
-        return out
+        return tuple(out)
 
+    @_per_state
     def best_len(self, name: str, *, lo: int, cap: int, optimistic: bool = False) -> tuple[int, float] | None:
         """(K, E(K) / T(K)) maximising the modelled rate over K in [lo, cap]; None when unmeasured."""
-        if self.base_s() is None or self.per_token_s(name) is None or cap < lo:
+        costs = self.round_costs(name, cap) if cap >= lo else None
+        if costs is None:
             return None
         pis = self.prefix_accept(name, cap, optimistic=optimistic)
         best, e = None, 1.0
         for k in range(1, cap + 1):
             e += pis[k - 1]
             if k >= lo:
-                rate = e / max(self.verify_s(k) + self.draft_cost_s(name, k), 1e-12)  # type: ignore[operator]
+                rate = e / costs[k]
                 if best is None or rate > best[1] + 1e-12:
                     best = (k, rate)
         return best
 
+    @_per_state
     def throughput(self, name: str, prior_rate: float | None, *, pooled: bool = False) -> float | None:
         """R_s: this generation's realized tokens per second of a source, shrunk towards its rate
         over all generations, itself shrunk towards `prior_rate` (the cost model's):
@@ -722,6 +763,7 @@ class DraftController:
         draft_first_s, draft_calls, extended = r.draft_first_s, r.draft_calls, r.extended
         if choice is None:
             return
+        self._memo.clear()  # the round's estimates end with it
         st = self.settings
         if choice.drafter is not None and choice.grade:
             choice = replace(choice, drafter=self._key(choice.drafter, choice.grade))
@@ -767,6 +809,7 @@ class DraftController:
             if other != name and v.proposed > 0:
                 self._model(other, True)
                 self._record_accepts(other, v.proposed, v.matched, emitted)
+        self._memo.clear()  # new samples and counts: new estimates
         # realized throughput of the source, its seconds winsorized at `winsor` model round times
         src = self._source(NONE if name is None else name)
         a = self.base_s() or round_s
@@ -779,6 +822,7 @@ class DraftController:
         self._ran_s[NONE if name is None else name] = self._clock
         self._last = NONE if name is None else name
         self.round += 1
+        self._memo.clear()
         if choice.retry:  # a retry: run it again while this round, or its estimate with it, beats the others
             if name is None:
                 prior = 1.0 / a if a else None
