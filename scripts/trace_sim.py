@@ -9,23 +9,35 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
               greedy tokens from p (up to --k-max, 16; its cache the target's for the history
               before p, as after a fully accepted round) equal the reply's, and the draft's top
               probability at each (for --draft-p-min). About 25 minutes on the 2-core EPYC.
-    simulate  replays each prompt through the real `DraftController` and `LookupDrafter`: a
-              round's drafts are accepted as the trace says, its seconds are the bench's measured
-              costs (`micro` in a bench.json: a target step, a verify of K + 1 rows, a draft step;
-              the draft's first call 4.9 ms dearer, as measured), with per-round noise if asked.
+    simulate  replays each prompt through the real loop, `ggufspec.loop.engine.generate` (its
+              controller calls, its check, its extension, its acceptance), on a simulated clock
+              (`ggufspec.loop.clock.now`, replaced for the replay): a fake target whose greedy rows
+              are the recorded reply, a fake draft model that proposes the reply's tokens for as
+              many as the trace says the draft kept from there and then ids that never match, the
+              real `LookupDrafter`, and one real `DraftController` a policy, kept across prompts.
+              A round's seconds are the bench's measured costs (`micro` in a bench.json: a target
+              step, a verify of K + 1 rows, a draft step; the draft's first call a round 4.9 ms
+              dearer, as measured) and our Python a round, with per-round noise if asked.
               Prints each policy's median speedup per prompt set and category (the bench's
               statistic, two repeats) and the first policy over each of the others, per prompt
               (`--policies default always:8 K8 default:12:0.3 default:8:0:0`: kind, draft_max, p_min,
-              draft_extend). The default's full model drafts take lookup's continuation as the
-              engine's `_extension` does (`DraftController.extend`; its fourth field 0: off).
+              draft_extend). The default's full model drafts take lookup's continuation where the
+              loop finds it pays (--draft-extend; the fourth field 0: off).
               `--profile NAME|FILE` prices rounds with costs given as numbers instead of a bench's
               (`PROFILES`: h200-135m, rtx3090-8b; or a JSON/TOML file of the same keys), for
               regimes this machine cannot produce; with the default first and fixed-K or
               always-draft rivals it also prints `bench --regimes`' cells per prompt set
               (docs/bench/regimes_simulated.md).
 
-Checked against the real loop: fixed K = 8 over the 58 prompts ran 843 rounds, the simulation
-841 (and 841 with the draft's cache refreshed from the target's every round, the trace's model).
+Checked against the real loop: the replay is the real loop, so the rounds are the engine's by
+construction; what it models is the draft (the trace) and the costs. Fixed K = 8 over the 58
+prompts of docs/bench/traces-default-pair.json: 840 rounds, 6,431 drafts, 5,951 kept, as the
+copy of the engine's round this replay ran before gave. Against the first traces (2026-11-26)
+the real loop ran 843 rounds, that copy 841, and the real loop with the draft's cache refreshed
+from the target's every round (the trace's model) 841. The trace does not know the draft's
+tokens past a mismatch: there they never match, so lookup never continues a model draft that
+holds one (the real loop's lookup may, for rows the target rejects).
+
 Priced with the micro costs its speedups are about 15% above the bench's (they are timed back to
 back, at a short context; the loop's rounds cost more); `--loop-costs` prices rounds with what the
 bench's fixed-K runs measured, and then they sit near the bench's. Use it for differences between
