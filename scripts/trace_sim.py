@@ -9,23 +9,35 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
               greedy tokens from p (up to --k-max, 16; its cache the target's for the history
               before p, as after a fully accepted round) equal the reply's, and the draft's top
               probability at each (for --draft-p-min). About 25 minutes on the 2-core EPYC.
-    simulate  replays each prompt through the real `DraftController` and `LookupDrafter`: a
-              round's drafts are accepted as the trace says, its seconds are the bench's measured
-              costs (`micro` in a bench.json: a target step, a verify of K + 1 rows, a draft step;
-              the draft's first call 4.9 ms dearer, as measured), with per-round noise if asked.
+    simulate  replays each prompt through the real loop, `ggufspec.loop.engine.generate` (its
+              controller calls, its check, its extension, its acceptance), on a simulated clock
+              (`ggufspec.loop.clock.now`, replaced for the replay): a fake target whose greedy rows
+              are the recorded reply, a fake draft model that proposes the reply's tokens for as
+              many as the trace says the draft kept from there and then ids that never match, the
+              real `LookupDrafter`, and one real `DraftController` a policy, kept across prompts.
+              A round's seconds are the bench's measured costs (`micro` in a bench.json: a target
+              step, a verify of K + 1 rows, a draft step; the draft's first call a round 4.9 ms
+              dearer, as measured) and our Python a round, with per-round noise if asked.
               Prints each policy's median speedup per prompt set and category (the bench's
               statistic, two repeats) and the first policy over each of the others, per prompt
               (`--policies default always:8 K8 default:12:0.3 default:8:0:0`: kind, draft_max, p_min,
-              draft_extend). The default's full model drafts take lookup's continuation as the
-              engine's `_extension` does (`DraftController.extend`; its fourth field 0: off).
+              draft_extend). The default's full model drafts take lookup's continuation where the
+              loop finds it pays (--draft-extend; the fourth field 0: off).
               `--profile NAME|FILE` prices rounds with costs given as numbers instead of a bench's
               (`PROFILES`: h200-135m, rtx3090-8b; or a JSON/TOML file of the same keys), for
               regimes this machine cannot produce; with the default first and fixed-K or
               always-draft rivals it also prints `bench --regimes`' cells per prompt set
               (docs/bench/regimes_simulated.md).
 
-Checked against the real loop: fixed K = 8 over the 58 prompts ran 843 rounds, the simulation
-841 (and 841 with the draft's cache refreshed from the target's every round, the trace's model).
+Checked against the real loop: the replay is the real loop, so the rounds are the engine's by
+construction; what it models is the draft (the trace) and the costs. Fixed K = 8 over the 58
+prompts of docs/bench/traces-default-pair.json: 840 rounds, 6,431 drafts, 5,951 kept, as the
+copy of the engine's round this replay ran before gave. Against the first traces (2026-11-26)
+the real loop ran 843 rounds, that copy 841, and the real loop with the draft's cache refreshed
+from the target's every round (the trace's model) 841. The trace does not know the draft's
+tokens past a mismatch: there they never match, so lookup never continues a model draft that
+holds one (the real loop's lookup may, for rows the target rejects).
+
 Priced with the micro costs its speedups are about 15% above the bench's (they are timed back to
 back, at a short context; the loop's rounds cost more); `--loop-costs` prices rounds with what the
 bench's fixed-K runs measured, and then they sit near the bench's. Use it for differences between
@@ -46,13 +58,24 @@ import math
 import random
 import statistics as st
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ggufspec.loop.control import Candidate, Choice, DraftController, Scored
-from ggufspec.loop.drafters import LookupDrafter, common_prefix, top_probability
+import numpy as np
+
+from ggufspec.loop import clock, engine
+from ggufspec.loop.control import DraftController
+from ggufspec.loop.drafters import Draft, Drafter, LookupDrafter, top_probability
+from ggufspec.loop.sampling import SamplingSettings
+from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
+from ggufspec.loop.stats import RunStats
 from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX
+
+# the tests' simulated clock and fake Target (tests/fakes.py), under the replay's trace-backed fakes
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
+from fakes import FakeClock, FakeModel, FakeVocab
 
 MODEL = "model"
 K_MAX = 16  # draft tokens scored from each position by `record` (the most a replayed policy may draft)
@@ -64,9 +87,7 @@ def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0) -> No
     bench's order. `limit`: the first `limit` prompts of each set's categories only, recorded
     one of each cell before a second of any (a partial file covers every cell). Prompts that `out`
     already holds (same k_max) are kept, not recorded again: an interrupted run resumes."""
-    import numpy as np
-
-    from ggufspec import ContextSettings, PairSettings, SamplingSettings, load_pair
+    from ggufspec import ContextSettings, PairSettings, load_pair
     from ggufspec.bench.prompts import load_prompts
 
     order = [(s, p) for s in ("tuned", "heldout") for p in load_prompts(prompt_set=s)]
@@ -327,82 +348,141 @@ def _drafted(top: list[float], k: int, p_min: float) -> tuple[int, int]:
     return k, k
 
 
+class ReplayClock(FakeClock):
+    """The replay's `ggufspec.loop.clock.now`: seconds pass only as the fakes below charge them.
+    Each target decode draws the next round's noise factor (`jitter`: log-normal, sd `noise`), which
+    that round's draft calls and its verify share; `verifies` counts the target's rounds."""
+
+    def __init__(self, rng: random.Random, noise: float) -> None:
+        super().__init__()
+        self.rng, self.noise = rng, noise
+        self.jitter = 1.0
+        self.verifies = 0
+
+    def next_round(self) -> None:
+        self.jitter = math.exp(self.rng.gauss(0.0, self.noise)) if self.noise else 1.0
+
+
+class Replayed:
+    """One recorded prompt over a compact vocabulary: prompt + reply's distinct ids renumbered
+    0..n-1 (`seq`), and `wrong` = n, an id that never matches (the draft's tokens past a mismatch)."""
+
+    def __init__(self, trace: dict[str, Any], max_tokens: int) -> None:
+        ids = {t: i for i, t in enumerate(sorted(set(trace["prompt"]) | set(trace["reply"])))}
+        self.seq = [ids[t] for t in (*trace["prompt"], *trace["reply"])]
+        self.prompt_len = len(trace["prompt"])
+        self.end = min(max_tokens, len(trace["reply"]))  # tokens generated, the first from the prefill
+        self.wrong = len(ids)
+        self.n_vocab = len(ids) + 1
+        self.accepted_at: list[int] = trace["model_accepted"]
+        self.tops: list[list[float]] | None = trace.get("model_top")
+
+
+class TraceTarget(FakeModel):
+    """The target: greedy rows one-hot on the reply's next token at each position (past the
+    recorded text a row follows its position, whatever the batch held: acceptance stops at the
+    first mismatch, so only rows after the accepted prefix are read). A verify of K + 1 rows costs
+    the profile's verify of K drafts and our Python a round of K, times the round's noise."""
+
+    def __init__(self, r: Replayed, sim: ReplayClock, costs: Costs, *, controlled: bool) -> None:
+        eye = np.eye(r.n_vocab, dtype=np.float32)
+        eye.flags.writeable = False
+        seq = r.seq
+        n_ctx = len(seq) + 2  # never the stop: a generation ends at its max_tokens, as the trace's reply
+        super().__init__(lm=lambda prefix: eye[seq[len(prefix)]], vocab=FakeVocab([b"x"] * r.n_vocab),
+                         n_ctx=n_ctx, n_batch=n_ctx)
+        self.sim, self.costs, self.controlled = sim, costs, controlled
+
+    def decode(self, tokens: Sequence[int], *, logits: str = "last") -> None:
+        super().decode(tokens, logits=logits)
+        if logits == "all":  # a round's verify (the prompt's prefill, "last", is not generation time)
+            k = len(tokens) - 1
+            self.sim.t += (self.costs.verify_s(k) + self.costs.python_s(k, controlled=self.controlled)) * self.sim.jitter
+            self.sim.verifies += 1
+        self.sim.next_round()
+
+
+class TraceDrafter:
+    """The draft model as the trace recorded it (a `Drafter`; its cache the target's, kv_shared):
+    from position p it proposes the reply's tokens for as many as `model_accepted[p]` says, then
+    the wrong id for the rest (its own continuation past a mismatch is unknown). `draft_p_min`
+    stops it at the first recorded top probability below it (`_drafted`). A second call in the same
+    round (the engine's check: one token, then the rest where it differs from lookup's) goes on
+    along the chain recorded at the round's first position: the draft holds its own cache then,
+    not the target's, and the trace at the next position, recorded from the target's, may differ.
+    Each call costs a draft step a token: a round's first call `costs.f` (it imports the target's
+    cache), a later one `costs.b`."""
+
+    name = MODEL
+    free = False
+    kv_shared = True
+
+    def __init__(self, r: Replayed, sim: ReplayClock, costs: Costs) -> None:
+        self.r, self.sim, self.costs = r, sim, costs
+        self._round = -1  # the target's round (`ReplayClock.verifies`) of the last call
+        self._start = 0  # the history's length at that round's first call
+
+    def prefill(self, prompt: Sequence[int]) -> float:
+        return 0.0  # the target's cache, imported
+
+    def backlog(self, history: Sequence[int]) -> int:
+        return 0
+
+    def continue_after(self, history: Sequence[int], drafts: Sequence[int], *, draft_len: int) -> Draft:
+        return Draft((), ())
+
+    def reset(self) -> None:
+        self._round = -1
+
+    def propose(self, history: Sequence[int], *, draft_len: int, draft_p_min: float = 0.0, **_: Any) -> Draft:
+        if draft_len <= 0:
+            return Draft((), ())
+        r, n = self.r, len(history)
+        if self.sim.verifies != self._round:  # a round's first call: it imports the target's cache
+            self._round, self._start, first = self.sim.verifies, n, self.costs.f
+        else:  # later in the same round (after a check's first token): its own chain, one more step
+            first = self.costs.b
+        at, j = self._start - r.prompt_len, n - self._start  # the round's chain, and how far along it
+        on_path = list(history[self._start - 1:]) == r.seq[self._start - 1:n]  # else past its own wrong token
+        k, calls = _drafted(r.tops[at][j:] if r.tops is not None and on_path else [], draft_len, draft_p_min)
+        good = min(k, r.accepted_at[at] - j) if on_path else 0
+        tokens = (*r.seq[n:n + good], *[r.wrong] * (k - good))
+        jitter = self.sim.jitter
+        seconds = (first + (calls - 1) * self.costs.b) * jitter
+        self.sim.t += seconds
+        return Draft(tokens, (None,) * len(tokens), seconds, decode_calls=calls, first_s=first * jitter)
+
+
 def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController | None, costs: Costs,
-                    rng: random.Random, noise: float, max_tokens: int = MAX_TOKENS) -> float:
-    """Seconds the generation takes under `policy` (the first token, from the prefill, excluded)."""
-    prompt, reply, accepted_at = trace["prompt"], trace["reply"], trace["model_accepted"]
-    tops = trace.get("model_top")
+                    rng: random.Random, noise: float, max_tokens: int = MAX_TOKENS) -> RunStats:
+    """One generation of the trace's prompt under `policy` through the real loop
+    (`ggufspec.loop.engine.generate`) on the fakes above and a simulated clock; its stats' `gen_s`
+    is the time it takes (the first token, from the prefill, excluded)."""
     recorded = int(trace.get("k_max", 8))  # traces recorded before --k-max scored 8
     if policy.draft_max > recorded:
         sys.exit(f"error: the traces score {recorded} draft tokens a position; record with --k-max {policy.draft_max}")
-    if policy.p_min and tops is None:
+    if policy.p_min and trace.get("model_top") is None:
         sys.exit("error: these traces have no draft probabilities; record them again for --draft-p-min")
-    end = min(max_tokens, len(reply))
-    hist, gen, seconds = prompt + reply[:1], 1, 0.0
-    lookup = LookupDrafter()
-    lookup.prefill(prompt)
-    if ctl is not None:
-        ctl.begin(prefilled=[MODEL], prefill={MODEL: (len(prompt) - 1, 0.002)})
-    while gen < end:
-        at = len(hist) - len(prompt)  # the reply's index of the next token
-        remaining = end - gen
-        k_max = min(policy.draft_max, remaining - 1)
-        jitter = math.exp(rng.gauss(0.0, noise)) if noise else 1.0
-        proposal = lookup.propose(hist, draft_len=k_max) if policy.kind == "default" and k_max > 0 else None
-        choice: Choice | None = None
-        if k_max > 0 and policy.kind == "fixed":
-            choice = Choice(MODEL, k_max)
-        elif k_max > 0 and ctl is not None:
-            cands = [Candidate(MODEL, kv_shared=True)]
-            if proposal is not None and proposal.tokens:
-                cands.append(Candidate("lookup", free=True, match_len=len(proposal.tokens), grade=proposal.grade))
-            choice = ctl.choose(drafters=cands, draft_max=k_max, allow_none=policy.kind != "always", remaining=remaining)
-        check_s = 0.0
-        if choice is not None and choice.check is not None and proposal is not None:
-            # the engine's check (DraftController._check): the model's first token against the
-            # proposal's; the trace knows whether each is the reply's, and where the proposal is
-            # wrong the model is taken to differ from it (two wrong tokens rarely agree)
-            if common_prefix(proposal.tokens[:1], reply[at:at + 1]) and accepted_at[at] >= 1:
-                check_s = costs.f * jitter
-            else:
-                choice = Choice(MODEL, choice.check_len)
-        k = choice.draft_len if choice is not None and choice.drafter is not None else 0
-        draft_s, calls, ext, grade = 0.0, 0, 0, 0
-        if k and choice is not None and choice.drafter == MODEL:
-            asked = k
-            k, calls = _drafted(tops[at] if tops is not None else [], k, policy.p_min)
-            accepted = min(k, accepted_at[at])
-            draft_s = (costs.f + (calls - 1) * costs.b) * jitter
-            room = min(policy.extend, remaining - 1 - k)
-            if ctl is not None and k == asked and room > 0:
-                # the engine's `_extension`: lookup's continuation of the model's drafts (where the
-                # trace does not know the drafts past a mismatch, the reply's tokens stand in: those
-                # rows are rejected anyway, only whether they are appended matters)
-                cont = lookup.continue_after(hist, reply[at:at + k], draft_len=room)
-                ext = ctl.extend(MODEL, draft_len=k, free="lookup", grade=cont.grade, match_len=len(cont.tokens))
-                grade = cont.grade
-                if ext and accepted == k:
-                    accepted += common_prefix(cont.tokens[:ext], reply[at + k:])
-        elif k and proposal is not None:
-            accepted = common_prefix(proposal.tokens[:k], reply[at:])
-        else:
-            accepted = 0
-        round_s = (costs.verify_s(k + ext) + costs.python_s(k + ext, controlled=ctl is not None)) * jitter + draft_s + check_s
-        emitted = accepted + 1
-        if ctl is not None and choice is not None:
-            scored = {}
-            if proposal is not None and proposal.tokens and choice.drafter != "lookup":
-                scored["lookup"] = Scored(len(proposal.tokens), common_prefix(proposal.tokens, reply[at:at + emitted]),
-                                          proposal.grade)
-            ctl.observe(choice=choice, drafted=k + ext, accepted=accepted, emitted=emitted, round_s=round_s,
-                        draft_s=draft_s, free=choice.drafter == "lookup", scored=scored,
-                        draft_first_s=costs.f * jitter if calls else None, draft_calls=calls, check_s=check_s,
-                        extended=ext, extended_by="lookup" if ext else None, extended_grade=grade)
-        take = min(emitted, end - gen)
-        hist += reply[at:at + take]
-        gen += take
-        seconds += round_s
-    return seconds
+    r = Replayed(trace, max_tokens)
+    sim = ReplayClock(rng, noise)
+    fixed = policy.kind == "fixed"
+    target = TraceTarget(r, sim, costs, controlled=not fixed)
+    drafters: list[Drafter] = [TraceDrafter(r, sim, costs)]
+    if policy.kind == "default":
+        drafters.append(LookupDrafter())
+    length = DraftLengthSettings(draft_max=policy.draft_max, draft_p_min=policy.p_min, draft_extend=policy.extend,
+                                 fixed=fixed, always_draft=policy.kind == "always")
+    real_now = clock.now
+    clock.now = sim.now
+    try:
+        gen = engine.generate(target=target, prompt=r.seq[:r.prompt_len], drafters=drafters, max_tokens=r.end,
+                              sampling=SamplingSettings(temperature=0.0),
+                              speculative=SpeculativeSettings(length=length), controller=ctl, cache_prompt=False)
+        gen.run()
+    finally:
+        clock.now = real_now
+    assert gen.stats is not None and gen.tokens == r.seq[r.prompt_len:r.prompt_len + r.end], "the reply replayed"
+    return gen.stats
 
 
 def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
@@ -417,7 +497,7 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
             for pid, t in traces.items():
                 alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * (costs.a + costs.python_s(0))
                 for policy in policies:
-                    seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise)
+                    seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise).gen_s
                     speedups[(policy, pid)].append(alone / seconds)
     return speedups
 

@@ -8,7 +8,9 @@ import random
 import pytest
 from script_module import load_script
 
+from ggufspec.loop import clock, engine
 from ggufspec.loop.control import DraftController
+from ggufspec.loop.sampling import SamplingSettings
 
 trace_sim = load_script("trace_sim")
 
@@ -27,19 +29,81 @@ def _trace(reply_len: int, accepted: int) -> dict:
 def test_fixed_k_rounds_are_priced_as_measured() -> None:
     # 40 tokens: the first from the prefill, then 4 rounds of K = 8 all kept (9 tokens each) and
     # one of K = 2 (3 tokens left: K + 1 <= what remains)
-    seconds = trace_sim.simulate_prompt(_trace(40, 8), trace_sim.Policy("fixed", 8), None, COSTS, random.Random(0), 0.0)
+    stats = trace_sim.simulate_prompt(_trace(40, 8), trace_sim.Policy("fixed", 8), None, COSTS, random.Random(0), 0.0)
     round8 = COSTS.verify_s(8) + COSTS.python_s(8) + COSTS.f + 7 * COSTS.b
     round2 = COSTS.verify_s(2) + COSTS.python_s(2) + COSTS.f + COSTS.b
-    assert seconds == pytest.approx(4 * round8 + round2)
+    assert stats.gen_s == pytest.approx(4 * round8 + round2)
+    assert (stats.rounds, stats.k_hist, stats.generated_tokens) == (5, {2: 1, 8: 4}, 40)
+
+
+def test_the_replay_is_the_engines_loop(monkeypatch) -> None:
+    # every replayed generation is ggufspec.loop.engine.generate's: the rounds, drafts and
+    # acceptance below are what its stats count, on the replay's clock (restored after)
+    runs = []
+    real = engine.generate
+
+    def spy(**kw):
+        runs.append(gen := real(**kw))
+        return gen
+    monkeypatch.setattr(engine, "generate", spy)
+    now = clock.now
+    # 3 of each round's drafts kept, 4 tokens a round: after the prefill's token, 8 rounds of K = 8
+    # (33 tokens), one of K = 6 (7 left: 37), and a last of K = 2 (3 left), both its drafts kept
+    stats = trace_sim.simulate_prompt(_trace(40, 3), trace_sim.Policy("fixed", 8), None, COSTS, random.Random(0), 0.0)
+    assert clock.now is now and len(runs) == 1 and runs[0].stats is stats
+    assert (stats.rounds, stats.drafted, stats.accepted, stats.k_hist) == (10, 8 * 8 + 6 + 2, 9 * 3 + 2, {2: 1, 6: 1, 8: 8})
+
+    def priced(k: int) -> float:
+        return COSTS.verify_s(k) + COSTS.python_s(k) + COSTS.f + (k - 1) * COSTS.b
+    assert stats.gen_s == pytest.approx(8 * priced(8) + priced(6) + priced(2))
+    # replay(): one generation a prompt, a policy and a repeat, the controller kept across them
+    policies = (DEFAULT8, trace_sim.Policy("fixed", 4))
+    speedups = trace_sim.replay({"a": _trace(40, 3), "b": _trace(30, 8)}, COSTS, 0.0, 1, policies)
+    assert len(runs) == 1 + 2 * 2 * 2 and set(speedups) == {(p, i) for p in policies for i in "ab"}
+    assert all(len(v) == 2 for v in speedups.values())
+
+
+def test_the_target_alone_replayed_costs_a_step_a_token() -> None:
+    # the analytic baseline of replay() is what the loop gives the fake target alone
+    r = trace_sim.Replayed(_trace(40, 8), 128)
+    sim = trace_sim.ReplayClock(random.Random(0), 0.0)
+    now, clock.now = clock.now, sim.now
+    try:
+        gen = engine.generate(target=trace_sim.TraceTarget(r, sim, COSTS, controlled=False), prompt=r.seq[:10],
+                              max_tokens=r.end, sampling=SamplingSettings(temperature=0.0)).run()
+    finally:
+        clock.now = now
+    assert gen.tokens == r.seq[10:50] and gen.stats.rounds == 39
+    assert gen.stats.gen_s == pytest.approx(39 * (COSTS.a + COSTS.python_s(0)))
+
+
+def test_the_trace_drafter_follows_its_round_chain() -> None:
+    # from reply position 5, 3 of the draft's tokens are the reply's; its first call a round costs
+    # f, a second call in the same round (the engine's check, then the rest) b, and goes on along
+    # that round's chain, not the chain recorded at the next position
+    trace = _trace(40, 3)
+    trace["model_accepted"] = [3] * 5 + [3, 8] + [3] * 33
+    r = trace_sim.Replayed(trace, 128)
+    sim = trace_sim.ReplayClock(random.Random(0), 0.0)
+    d = trace_sim.TraceDrafter(r, sim, COSTS)
+    history = r.seq[:15]
+    head = d.propose(history, draft_len=1)
+    assert head.tokens == (r.seq[15],) and head.decode_s == pytest.approx(COSTS.f) and head.first_s == pytest.approx(COSTS.f)
+    rest = d.propose([*history, *head.tokens], draft_len=7)
+    assert rest.tokens == (*r.seq[16:18], *[r.wrong] * 5) and rest.decode_s == pytest.approx(7 * COSTS.b)
+    sim.verifies += 1  # a new round: the target's cache imported, the chain recorded at the position
+    assert d.propose(r.seq[:16], draft_len=8).tokens == tuple(r.seq[16:24])
+    assert d.propose([*history, r.wrong], draft_len=2).tokens == (r.wrong, r.wrong)  # past its own wrong token
 
 
 def test_the_controller_drafts_where_drafts_are_kept_and_not_where_they_are_not() -> None:
     alone = 127 * (COSTS.a + COSTS.python_s(0))
     ctl = DraftController()
-    kept = [trace_sim.simulate_prompt(_trace(128, 8), DEFAULT8, ctl, COSTS, random.Random(0), 0.0) for _ in range(3)]
+    kept = [trace_sim.simulate_prompt(_trace(128, 8), DEFAULT8, ctl, COSTS, random.Random(0), 0.0).gen_s for _ in range(3)]
     assert alone / kept[-1] > 1.5  # 9 tokens for about 2.7 target steps a round
     ctl = DraftController()
-    rejected = [trace_sim.simulate_prompt(_trace(128, 0), DEFAULT8, ctl, COSTS, random.Random(0), 0.0) for _ in range(3)]
+    rejected = [trace_sim.simulate_prompt(_trace(128, 0), DEFAULT8, ctl, COSTS, random.Random(0), 0.0).gen_s
+                for _ in range(3)]
     assert alone / rejected[-1] > 0.95  # settles on the target alone, retries aside (always-draft: 0.63)
 
 
@@ -66,37 +130,21 @@ def test_loop_costs_come_from_the_bench_runs() -> None:
     assert (c.python_s(0), c.python_s(8)) == pytest.approx((0.0002, 0.0018))
 
 
-class _Told(DraftController):
-    """The default controller, recording each model round's (drafted, extended, accepted)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.told: list[tuple[int, int, int]] = []
-
-    def observe(self, *, choice, drafted, accepted, extended=0, **kw):  # type: ignore[override]
-        if choice.drafter == trace_sim.MODEL:
-            self.told.append((drafted, extended, accepted))
-        super().observe(choice=choice, drafted=drafted, accepted=accepted, extended=extended, **kw)
-
-
-def test_the_default_replays_lookups_continuation_of_full_model_drafts() -> None:
+def test_the_default_appends_lookups_continuation_to_full_model_drafts() -> None:
     # a reply that copies its prompt: after a model round's 8 drafts (all kept) lookup's 3-gram
-    # match continues them, and the replay appends up to --draft-extend tokens as the engine does
+    # match continues them; the loop appends up to --draft-extend tokens (0: none)
     prompt = list(range(100, 200))
     trace = {"set": "tuned", "category": "summarise", "prompt": prompt, "reply": prompt[:90],
              "model_accepted": [8] * 90, "k_max": 8}
     assert trace_sim.Policy.parse("default:8:0:0") == trace_sim.Policy("default", 8, 0.0, 0)
-    told = {}
+    runs = {}
     for policy in (DEFAULT8, trace_sim.Policy("default", 8, 0.0, 0)):
-        ctl = _Told()
-        for _ in range(3):
-            trace_sim.simulate_prompt(trace, policy, ctl, COSTS, random.Random(0), 0.0)
-        told[policy.extend] = ctl.told
-    assert not any(e for _, e, _ in told[0])
-    extended = [(d, e, a) for d, e, a in told[4] if e]
-    assert extended and all(0 < e <= 4 and d > e for d, e, _ in extended)  # d - e: the model's own K
-    assert (12, 4, 12) in extended  # K = 8, all 4 of the continuation appended and kept
-    assert any(a > d - e for d, e, a in extended)  # continuation tokens kept: the reply is the prompt's
+        ctl = DraftController()
+        runs[policy.extend] = [trace_sim.simulate_prompt(trace, policy, ctl, COSTS, random.Random(0), 0.0) for _ in range(3)]
+    assert not any(s.extended for s in runs[0])
+    extended = [s for s in runs[4] if s.extended]
+    assert extended and any(s.extended_accepted for s in extended)  # kept: the reply is the prompt's
+    assert max(s.drafted_at.index(0) if 0 in s.drafted_at else len(s.drafted_at) for s in extended) > 8  # K + extension
 
 
 PROFILE = {"name": "test", "target_step_ms": 5.0, "verify_ms": {"1": 5.0, "3": 6.0, "9": 12.0}, "draft_step_ms": 2.0,
@@ -113,7 +161,7 @@ def test_a_cost_profile_prices_rounds_as_stated(tmp_path) -> None:
     assert c.python_s(4, controlled=True) * 1e3 == pytest.approx(0.1 + 4 * 0.05 + 0.3)
     # fixed K = 8 over 40 tokens (no controller: no controller's Python): 4 rounds of 8 drafts all
     # kept, then K = 2; each round a verify of K + 1 rows, the draft's first call and K - 1 steps
-    seconds = trace_sim.simulate_prompt(_trace(40, 8), trace_sim.Policy("fixed", 8), None, c, random.Random(0), 0.0)
+    seconds = trace_sim.simulate_prompt(_trace(40, 8), trace_sim.Policy("fixed", 8), None, c, random.Random(0), 0.0).gen_s
     round8 = 12.0 + (0.1 + 8 * 0.05) + (2.5 + 7 * 2.0)
     round2 = 6.0 + (0.1 + 2 * 0.05) + (2.5 + 1 * 2.0)
     assert seconds * 1e3 == pytest.approx(4 * round8 + round2)
