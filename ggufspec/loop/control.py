@@ -222,6 +222,7 @@ class DraftController:
         self._exploring: set[str] = set()  # draft models prefilled for exploration's sake (full opening)
         self._caps: dict[str, int] = {}  # drafter -> the longest K it could draft when last a candidate
         self._shared: set[str] = set()  # draft models that import the target's KV cache (last round's candidates)
+        self._hopeless_now: set[str] = set()  # draft models that cannot pay at the measured costs (`_hopeless`)
 
     # ---- estimates ----------------------------------------------------------------------------
 
@@ -316,6 +317,27 @@ class DraftController:
         return (a, *(max(a + v0 + v * k + f + (k - 1) * b, 1e-12) for k in range(1, cap + 1)))
 
     @_per_state
+    def ceiling_rate(self, name: str, *, lo: int, cap: int) -> float | None:
+        """The most drafter `name` could deliver with the measured costs: max (K + 1) / T(K), every
+        draft accepted. Where that does not beat the best other source, no acceptance can make it
+        pay (a draft step as dear as the target's: the 135M pair on a GPU, or a quantized 135M
+        target on a CPU), and exploring it only costs (`_hopeless`)."""
+        costs = self.round_costs(name, cap) if cap >= lo else None
+        if costs is None:
+            return None
+        return max((k + 1) / costs[k] for k in range(lo, cap + 1))
+
+    def _hopeless(self, name: str, rates: Mapping[str, float], *, lo: int, cap: int) -> bool:
+        """Draft model `name` cannot beat the best other source even were every draft accepted,
+        by the costs measured when it last ran (its retries then fall `spacing` intervals apart:
+        the costs are re-measured, rarely)."""
+        if name == NONE or self._drafters[name].free or not self._drafters[name].per_token:
+            return False  # (unmeasured: the prior's costs are no evidence that it cannot pay)
+        best = max((r for n, r in rates.items() if n != name), default=0.0)
+        ceiling = self.ceiling_rate(name, lo=lo, cap=cap)
+        return ceiling is not None and best > 0.0 and ceiling <= best
+
+    @_per_state
     def prior_rate(self, name: str, *, lo: int, cap: int) -> float | None:
         """The best E(K) / T(K) with the measured costs and the prior accept rate alpha0."""
         costs = self.round_costs(name, cap) if cap >= lo else None
@@ -351,6 +373,8 @@ class DraftController:
         s = self._sources.get(name)
         if s is None or s.last is None:
             return True
+        if name in self._hopeless_now:  # no prefill for a model that cannot pay until its rare retry
+            return self.round - s.last >= self.settings.retry * self.settings.spacing
         leader = name == self._leader
         due = self.round - s.last >= self.settings.retry
         best = max(self._rates.values(), default=0.0)
@@ -595,6 +619,7 @@ class DraftController:
         self._rates = rates
         self._pooled = {n: self.throughput(n, r, pooled=True) or 0.0 for n, (_, r) in options.items()}
         self._prior = {n: self.prior_rate(n, lo=lo, cap=caps[n]) or 0.0 for n in options if n != NONE}
+        self._hopeless_now = {n for n in options if self._hopeless(n, rates, lo=lo, cap=caps[n])}
         # the opening rounds of a prompt (see `begin`), a retry: the estimates decide after them
         backlogs = {c.name: c.backlog for c in drafters}
         shared = self._shared = {c.name for c in drafters if c.kv_shared}
@@ -603,7 +628,7 @@ class DraftController:
         opening = self._opening  # (a shared controller: another slot's `begin` may replace it)
         for n in list(opening):
             left = opening.pop(n, 0)
-            if n not in options or backlogs.get(n, 0) > SYNCED or left <= 0 or n in shared:
+            if n not in options or backlogs.get(n, 0) > SYNCED or left <= 0 or n in shared or n in self._hopeless_now:
                 continue
             if left > 1:
                 opening[n] = left - 1
@@ -687,6 +712,8 @@ class DraftController:
             return math.inf
         if name == NONE:
             return (self.round - s.last) / (self.settings.retry * self._spacing(NONE))
+        if name in self._hopeless_now:  # it cannot pay at the costs measured: re-measure them, rarely
+            return (self.round - s.last) / (self.settings.retry * self.settings.spacing)
         return (self.round - s.last) / min(self.settings.retry, 4 * max(1, s.runs))
 
     def _spacing(self, name: str) -> float:

@@ -201,10 +201,12 @@ class RoundRunner:
         they differ the round is the model's, `choice.check_len` tokens from the one it drafted
         (its seconds the round's drafting)."""
         head = self._propose(model, history, 1)
-        if head.tokens and head.tokens[0] == proposal.tokens[0]:
+        if not head.tokens:  # the model declined (--draft-p-min): the proposal runs unchecked (q one-hot: exact)
+            return proposal, choice, head.decode_s
+        if head.tokens[0] == proposal.tokens[0]:
             return Draft(proposal.tokens, (head.q_rows[0], *proposal.q_rows[1:])), choice, head.decode_s
         rest = (self._propose(model, [*history, *head.tokens], choice.check_len - 1)
-                if head.tokens and choice.check_len > 1 else Draft((), ()))
+                if choice.check_len > 1 else Draft((), ()))
         merged = Draft(head.tokens + rest.tokens, head.q_rows + rest.q_rows, head.decode_s + rest.decode_s,
                        head.catchup_s + rest.catchup_s, head.decode_calls + rest.decode_calls,
                        head.catchup_tokens + rest.catchup_tokens, first_s=head.first_s)
