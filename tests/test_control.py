@@ -805,3 +805,22 @@ def test_an_extended_rounds_extra_rows_are_verify_rows_not_the_models_drafts() -
     assert len(m.drafted_at) == 8 and m.accepted_at == m.drafted_at
     assert list(ctrl._verify) == [11] and len(ctrl._verify[11]) == 1
     assert ctrl.per_token_s("m") == pytest.approx(0.45 * A)
+
+
+def test_a_draft_that_cannot_pay_even_fully_accepted_is_left_and_rarely_retried() -> None:
+    # a draft step dearer than the target's (a 135M pair on a GPU is close): every draft accepted, a round
+    # of K still costs more than K + 1 target steps, so no acceptance can make it pay
+    a = 0.010
+    hopeless = Sim(b=1.5 * a, alpha=1.0)
+    ctrl = DraftController()
+    choices, _ = simulate(ctrl, 1000, a=a, drafters={"m": hopeless}, rng=np.random.default_rng(0))
+    ran = [i for i, c in enumerate(choices) if c.drafter == "m"]
+    late = [i for i in ran if i >= 200]
+    # after the first measurements, retries at least retry x spacing rounds apart
+    assert all(j - i >= ctrl.settings.retry * ctrl.settings.spacing for i, j in zip(late, late[1:]))
+    assert len(late) <= 800 / (ctrl.settings.retry * ctrl.settings.spacing) + 1
+    assert not ctrl.wants("m", backlog=100, remaining=128)  # nor prefilled with the next prompt
+    # the same costs with a draft step that can pay: drafted most rounds
+    ctrl = DraftController()
+    choices, _ = simulate(ctrl, 300, a=a, drafters={"m": Sim(b=0.2 * a, alpha=0.9)}, rng=np.random.default_rng(0))
+    assert share(choices[100:], "m") > 0.8
