@@ -1,13 +1,16 @@
 """The draft/verify loop (pure but for the `Target` and `Drafter` a caller hands it).
 
   engine      one generation: prefill, rounds, emitted steps (`generate`)
+  runner      one round played: plan, draft, check, extension, verify, accept (`RoundRunner`)
+  rounds      a round as records: `Candidate`, `Choice` (the plan), `Round` (what happened), `Source`
   control     which drafter and how many tokens each round (`DraftController`)
   estimates   the controller's running estimates: timing samples, acceptance counts, rates
-  drafters    who proposes: a draft model, prompt lookup; the draft-length settings
+  drafters    who proposes: a draft model, prompt lookup (the `Drafter` protocol)
+  speculation the speculation settings (`DraftLengthSettings`, `SpeculativeSettings`) and their builders
   acceptance  which drafted tokens the target keeps (greedy, rejection sampling, match)
   sampling    logits -> probabilities as llama.cpp shapes them; draws
   text        token ids -> released text: incremental UTF-8, stop strings
-  stats       what one generation cost (`RunStats`)
+  stats       what one generation cost (`RunStats`), tallied round by round (`RoundTally`)
   target      what the loop needs from a model (`Target`)
   clock       the loop's one clock (tests replace it)
   kvshare     when a draft model may import the target's KV cache
