@@ -16,6 +16,7 @@ K = 0 is a plain target step: the target alone is the same round without draftin
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -52,6 +53,24 @@ def pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generato
     return sample(probabilities(logits, sampling), rng)
 
 
+@dataclass
+class _Drafted:
+    """What a round drafted, on its way to the verify."""
+
+    choice: Choice | None = None  # None: nothing drafted and no controller asked
+    proposals: dict[str, Draft] = field(default_factory=dict)  # free drafters' proposals, asked before the choice
+    draft: Draft = field(default_factory=lambda: Draft((), ()))  # the chosen drafter's (timings included)
+    tokens: tuple[int, ...] = ()  # to verify: the draft, then a free drafter's continuation
+    q_rows: tuple = ()
+    ext_by: str | None = None  # the free drafter whose continuation was appended
+    ext_grade: int = 0
+    ext_n: int = 0
+    check_s: float = 0.0
+    paused: bool = False
+    checked: bool = False
+    check_failed: bool = False
+
+
 class RoundRunner:
     """Plays rounds for one generation: `play(history, remaining)` -> (its `Round`, the tokens it emits)."""
 
@@ -82,85 +101,96 @@ class RoundRunner:
     def play(self, history: Sequence[int], remaining: int) -> tuple[Round, Emitted]:
         """One round after `history`, which may emit at most `remaining` tokens. A round of K drafts
         emits up to K + 1 and needs K + 1 free KV slots; its verify fits one batch."""
-        target, controller, lengths = self.target, self.controller, self.lengths
-        draft_max = min(lengths.draft_max, remaining - 1, target.n_batch - 1)
+        target = self.target
         t_round = clock.now()
-        choice: Choice | None = None
-        proposals: dict[str, Draft] = {}  # free drafters' proposals, asked before the choice
-        d = Draft((), ())
-        draft_tokens: tuple[int, ...] = ()
-        q_rows: tuple = ()
-        ext_by, ext_grade, ext_n = None, 0, 0  # a free drafter's tokens appended to a model's draft
-        check_s, paused, checked, check_failed = 0.0, False, False, False
-        if self.drafters and draft_max > 0 and (self.drafting is None or self.drafting()):
-            if controller is None:  # --fixed: the first drafter, draft_max every round
-                choice = Choice(self.drafters[0].name, draft_max)
-            else:
-                candidates = []
-                for dr in self.drafters:
-                    if dr.free:
-                        p = proposals[dr.name] = self._propose(dr, history, draft_max)
-                        candidates.append(Candidate(dr.name, free=True, match_len=len(p.tokens), grade=p.grade))
-                    else:
-                        candidates.append(Candidate(dr.name, backlog=dr.backlog(history), kv_shared=dr.kv_shared))
-                choice = controller.choose(drafters=candidates, draft_max=draft_max, draft_min=lengths.draft_min,
-                                           allow_none=not lengths.always_draft, remaining=remaining)
-                paused = choice.drafter is None and any(
-                    c.match_len is None or c.match_len >= max(1, lengths.draft_min) for c in candidates)
-            if choice.drafter is not None:
-                d = proposals.get(choice.drafter)  # type: ignore[assignment]
-                if d is not None:
-                    d = Draft(d.tokens[:choice.draft_len], d.q_rows[:choice.draft_len])
-                    if choice.check is not None and d.tokens:
-                        d, choice, check_s = self._checked(d, choice, self.by_name[choice.check], history)
-                        checked, check_failed = True, choice.check is None
-                else:
-                    d = self._propose(self.by_name[choice.drafter], history, choice.draft_len)
-                if len(d.tokens) >= lengths.draft_min:
-                    draft_tokens, q_rows = d.tokens, d.q_rows
-                    if choice.extend is not None and choice.drafter not in proposals and len(d.tokens) == choice.draft_len:
-                        # a model's full proposal: a free drafter's continuation of it, as much as pays
-                        room = min(lengths.draft_extend, remaining - 1 - len(d.tokens), target.n_batch - 1 - len(d.tokens))
-                        ext_by, ext = self._extension(choice, d.tokens, history, room=room)
-                        if ext.tokens:
-                            draft_tokens, q_rows = d.tokens + ext.tokens, d.q_rows + ext.q_rows
-                            ext_grade, ext_n = ext.grade, len(ext.tokens)
-        elif controller is not None and self.drafters and draft_max <= 0:
-            # one token left: a round of the target alone whatever the controller would say, and
-            # a free measurement of its cost, a (it resets the retry of the target alone)
-            choice = Choice(None, 0)
-
-        kd = len(draft_tokens)
+        r = self._draft(history, remaining)
+        kd = len(r.tokens)
         n_keep = target.n_past + 1  # the last history token stays in every case
         t = clock.now()
-        target.decode([history[-1], *draft_tokens], logits="all")
+        target.decode([history[-1], *r.tokens], logits="all")
         verify_s = clock.now() - t
         if kd == 0:
             verdict = Verdict(0, pick(target.logits(0), self.sampling, self.rng), False)
         else:
-            verdict = self._accept(draft_tokens, q_rows)
+            verdict = self._accept(r.tokens, r.q_rows)
+            target.truncate(n_keep + verdict.n_accepted)  # drop KV of rejected drafts (of nothing if all kept)
         n = verdict.n_accepted
-        if kd:
-            target.truncate(n_keep + n)  # drop KV of rejected drafts (and of nothing if all kept)
-        emitted = [*draft_tokens[:n], verdict.token]
-        proposer = choice.drafter if choice is not None else None
-        own = kd - ext_n
+        emitted = [*r.tokens[:n], verdict.token]
+        choice, d = r.choice, r.draft
         scored = {name: Scored(len(p.tokens), common_prefix(p.tokens, emitted), p.grade)
-                  for name, p in proposals.items() if choice is None or name != choice.drafter}
+                  for name, p in r.proposals.items() if choice is None or name != choice.drafter}
         record = Round(
             choice=choice, drafted=kd, accepted=n, emitted=len(emitted),
             round_s=clock.now() - t_round - d.catchup_s,  # catching up on history it missed is not this round's
-            draft_s=d.decode_s - d.catchup_s, free=choice is not None and choice.drafter in proposals,
+            draft_s=d.decode_s - d.catchup_s, free=choice is not None and choice.drafter in r.proposals,
             scored=scored, catchup_tokens=d.catchup_tokens, catchup_s=d.catchup_s, draft_first_s=d.first_s,
-            draft_calls=d.decode_calls, check_s=check_s, extended=ext_n, extended_by=ext_by,
-            extended_grade=ext_grade, verify_s=verify_s, paused=paused, checked=checked, check_failed=check_failed,
+            draft_calls=d.decode_calls, check_s=r.check_s, extended=r.ext_n, extended_by=r.ext_by,
+            extended_grade=r.ext_grade, verify_s=verify_s, paused=r.paused, checked=r.checked,
+            check_failed=r.check_failed,
         )
-        out: Emitted = [(x, Source.DRAFT, proposer if i < own else ext_by) for i, x in enumerate(draft_tokens[:n])]
-        if kd == 0:
-            out.append((verdict.token, Source.TARGET, None))
-        else:
-            out.append((verdict.token, Source.BONUS if verdict.bonus else Source.CORRECTION, None))
+        proposer, own = (choice.drafter if choice is not None else None), kd - r.ext_n
+        out: Emitted = [(x, Source.DRAFT, proposer if i < own else r.ext_by) for i, x in enumerate(r.tokens[:n])]
+        end = Source.TARGET if kd == 0 else Source.BONUS if verdict.bonus else Source.CORRECTION
+        out.append((verdict.token, end, None))
         return record, out
+
+    def _plan(self, history: Sequence[int], draft_max: int, remaining: int) -> _Drafted:
+        """The round's choice (and the free drafters' proposals, asked before it)."""
+        r = _Drafted()
+        if self.controller is None:  # --fixed: the first drafter, draft_max every round
+            r.choice = Choice(self.drafters[0].name, draft_max)
+            return r
+        candidates = []
+        for dr in self.drafters:
+            if dr.free:  # a function of the history: asking it before the choice is lossless
+                p = r.proposals[dr.name] = self._propose(dr, history, draft_max)
+                candidates.append(Candidate(dr.name, free=True, match_len=len(p.tokens), grade=p.grade))
+            else:
+                candidates.append(Candidate(dr.name, backlog=dr.backlog(history), kv_shared=dr.kv_shared))
+        lengths = self.lengths
+        r.choice = self.controller.choose(drafters=candidates, draft_max=draft_max, draft_min=lengths.draft_min,
+                                          allow_none=not lengths.always_draft, remaining=remaining)
+        # paused: the target alone by choice, not for want of a proposal
+        r.paused = r.choice.drafter is None and any(
+            c.match_len is None or c.match_len >= max(1, lengths.draft_min) for c in candidates)
+        return r
+
+    def _draft(self, history: Sequence[int], remaining: int) -> _Drafted:
+        """Plan the round and draft its tokens: the chosen proposal (checked where the plan says),
+        and a free drafter's continuation of a model's full proposal."""
+        lengths = self.lengths
+        draft_max = min(lengths.draft_max, remaining - 1, self.target.n_batch - 1)
+        if not self.drafters or (self.drafting is not None and draft_max > 0 and not self.drafting()):
+            return _Drafted()
+        if draft_max <= 0:
+            # one token left: a round of the target alone whatever the controller would say, and
+            # a free measurement of its cost, a (it resets the retry of the target alone)
+            return _Drafted(choice=Choice(None, 0) if self.controller is not None else None)
+        r = self._plan(history, draft_max, remaining)
+        choice = r.choice
+        if choice is None or choice.drafter is None:
+            return r
+        d = r.proposals.get(choice.drafter)
+        if d is not None:
+            d = Draft(d.tokens[:choice.draft_len], d.q_rows[:choice.draft_len])
+            if choice.check is not None and d.tokens:
+                d, r.choice, r.check_s = self._checked(d, choice, self.by_name[choice.check], history)
+                r.checked, r.check_failed = True, r.choice.check is None
+        else:
+            d = self._propose(self.by_name[choice.drafter], history, choice.draft_len)
+        r.draft = d
+        if len(d.tokens) < lengths.draft_min:
+            return r  # too short to verify: the target alone (its drafting's seconds counted)
+        r.tokens, r.q_rows = d.tokens, d.q_rows
+        choice = r.choice
+        if choice.extend is not None and choice.drafter not in r.proposals and len(d.tokens) == choice.draft_len:
+            # a model's full proposal: a free drafter's continuation of it, as much as pays
+            room = min(lengths.draft_extend, remaining - 1 - len(d.tokens), self.target.n_batch - 1 - len(d.tokens))
+            r.ext_by, ext = self._extension(choice, d.tokens, history, room=room)
+            if ext.tokens:
+                r.tokens, r.q_rows = d.tokens + ext.tokens, d.q_rows + ext.q_rows
+                r.ext_grade, r.ext_n = ext.grade, len(ext.tokens)
+        return r
 
     def _accept(self, draft_tokens: tuple[int, ...], q_rows: tuple) -> Verdict:
         kd = len(draft_tokens)
