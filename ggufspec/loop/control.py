@@ -162,6 +162,20 @@ class ControlSettings:
     confirm: int = 3  # rounds a retry that beat the estimates runs again
     check_rounds: int = 3  # a free drafter's grade is checked (`_check`) until a generation judged this many of it
     spacing: float = 4.0  # the most `retry` intervals between two retries of the target alone (`_spacing`; 1: every `retry`)
+    # rule switches (ablation: off = the rule's absence)
+    two_level: bool = True  # this generation's rate over the pooled one (off: the pooled rate alone)
+    verify_prior_weight: float = _PRIOR_WEIGHT  # each prior point of the verify line
+    first_call: bool = True  # D(K) = f + (K - 1) b (off: K b, b = draft seconds / drafted)
+    hysteresis: bool = True  # the draft model in step judged by max(R_s, P_s)
+    few_runs: bool = True  # a model run n < 8 times is due after 4 n rounds
+    optimistic_retry: bool = True  # a retry of a draft model runs at the optimistic K
+    k_probe: bool = True  # once every `retry` rounds the chosen model runs at the optimistic K
+    free_prompt: bool = True  # a free drafter's curve and rate are this generation's over the pooled
+    grades: bool = True  # a free drafter's grades are sources of their own
+    catchup_pricing: bool = True  # a model with a backlog runs only where its catch-up pays (`_pays`)
+    induced_catchup: bool = True  # a free round is charged the catch-up it leaves the model in play
+    recheck: bool = True  # a drafting round under a / 2 re-measures a
+    hopeless: bool = True  # a model whose ceiling cannot beat the best other source is left
 
     def __post_init__(self) -> None:
         if (self.retry < 1 or self.window < 1 or self.spacing < 1 or self.opening < 0 or self.check_rounds < 0
@@ -265,7 +279,8 @@ class DraftController:
         """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (docstring): the
         median of each K measured lately weighs min(n, 4) samples, the prior's two points
         `_PRIOR_WEIGHT` each."""
-        pts = [(1.0, a * (_V0 + _V1), _PRIOR_WEIGHT), (8.0, a * (_V0 + 8 * _V1), _PRIOR_WEIGHT)]  # (K, V(K) - a, weight)
+        w = self.settings.verify_prior_weight
+        pts = [(1.0, a * (_V0 + _V1), w), (8.0, a * (_V0 + 8 * _V1), w)]  # (K, V(K) - a, weight)
         for k, samples in self._verify.items():
             m = samples.median(self.round, 2 * self.settings.retry)
             if m is not None:
@@ -289,7 +304,8 @@ class DraftController:
         b = self.per_token_s(name)
         if b is None or k <= 0:
             return None if b is None else 0.0
-        f = self._drafters[name].first.median(self.round, 2 * self.settings.retry) if self.timed else None
+        f = (self._drafters[name].first.median(self.round, 2 * self.settings.retry)
+             if self.timed and self.settings.first_call else None)
         return (b if f is None else f) + (k - 1) * b
 
     @_per_state
@@ -312,7 +328,8 @@ class DraftController:
         if a is None or b is None:
             return None
         v0, v = self._verify_line(a)
-        f = self._drafters[name].first.median(self.round, 2 * self.settings.retry) if self.timed else None
+        f = (self._drafters[name].first.median(self.round, 2 * self.settings.retry)
+             if self.timed and self.settings.first_call else None)
         f = b if f is None else f
         return (a, *(max(a + v0 + v * k + f + (k - 1) * b, 1e-12) for k in range(1, cap + 1)))
 
@@ -331,7 +348,7 @@ class DraftController:
         """Draft model `name` cannot beat the best other source even were every draft accepted,
         by the costs measured when it last ran (its retries then fall `spacing` intervals apart:
         the costs are re-measured, rarely)."""
-        if name == NONE or self._drafters[name].free or not self._drafters[name].per_token:
+        if not self.settings.hopeless or name == NONE or self._drafters[name].free or not self._drafters[name].per_token:
             return False  # (unmeasured: the prior's costs are no evidence that it cannot pay)
         best = max((r for n, r in rates.items() if n != name), default=0.0)
         ceiling = self.ceiling_rate(name, lo=lo, cap=cap)
@@ -431,7 +448,7 @@ class DraftController:
         prompt in one batch, at the measured prefill cost a token where there is one, which
         need not be a short catch-up's: the Q4_1 draft here prefills 288 tokens at 3.8 ms a
         token, slower than its 2.8 ms catch-ups, where quantized batches take a slow path)"""
-        if backlog <= SYNCED:
+        if backlog <= SYNCED or not self.settings.catchup_pricing:
             return True
         if rate <= 0 or other <= 0 or rate <= other:
             return False
@@ -461,7 +478,7 @@ class DraftController:
             # before's estimate (so beyond what was measured the curve extends the measured one)
             cond = (acc + cond) / (d + 1.0)
             c = cond
-            if m.free and i < len(m.gen_drafted_at):
+            if m.free and self.settings.free_prompt and i < len(m.gen_drafted_at):
                 # a free drafter is scored every round, so this generation's own counts are many
                 # and cheap: they outweigh the pooled curve (w pseudo-observations) within a few
                 # rounds; what prompt lookup matched on a code edit says nothing of a summary
@@ -506,7 +523,8 @@ class DraftController:
         d = self._drafters.get(name)
         t = s.round_s(a) if a is not None else None  # t_s
         m_g = self.settings.prompt_prior_rounds
-        if d is not None and d.free and not pooled and prior_rate is not None and t is not None:
+        if (d is not None and d.free and self.settings.free_prompt and not pooled and prior_rate is not None
+                and t is not None):
             # full information: a free drafter's acceptance on this prompt is measured every
             # round (`prefix_accept`), and its costs are the verify line's; its realized rounds on
             # other prompts are no prior for this one (after a code edit where lookup matched 8
@@ -518,7 +536,7 @@ class DraftController:
             num = s.tokens + (m * prior_rate * t if prior_rate is not None and t is not None else 0.0)
             den = s.seconds + (m * t if t is not None else 0.0)
             rate = num / den if den > 0 else prior_rate
-            if pooled or rate is None or t is None:
+            if pooled or rate is None or t is None or not self.settings.two_level:
                 return rate
         den = s.cur_seconds + m_g * t
         return (s.cur_tokens + m_g * rate * t) / den if den > 0 else rate
@@ -530,11 +548,10 @@ class DraftController:
         """The curve of free drafter `name`'s continuations of a model's drafts, of `grade` (`extend`)."""
         return f"{name}+{grade}"
 
-    @staticmethod
-    def _key(name: str, grade: int) -> str:
+    def _key(self, name: str, grade: int) -> str:
         """The source a drafter's proposal of `grade` counts for: a free drafter's grades are
         separate sources (their own acceptance curve and realized rate); grade 0 is the drafter."""
-        return f"{name}#{grade}" if grade else name
+        return f"{name}#{grade}" if grade and self.settings.grades else name
 
     def choose(
         self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int = 0, allow_none: bool = True,
@@ -675,17 +692,18 @@ class DraftController:
             # now but coming back costs a catch-up, and a few rejected rounds (a name, a number)
             # are not a new regime; where it loses on this prompt, the pool follows in a few dozen rounds
             held = dict(rates)
-            if (self._last in held and self._last != NONE and not self._drafters[self._last].free
-                    and self._last not in shared):
+            if (self.settings.hysteresis and self._last in held and self._last != NONE
+                    and not self._drafters[self._last].free and self._last not in shared):
                 held[self._last] = max(held[self._last], self._pooled[self._last])
             name = max(options, key=lambda n: held[n])  # ties: the first drafter given, none last
             k = options[name][0]
-            if name != NONE and not self._drafters[name].free and self.round - self._k_probe.get(name, 0) >= self.settings.retry:
+            if (self.settings.k_probe and name != NONE and not self._drafters[name].free
+                    and self.round - self._k_probe.get(name, 0) >= self.settings.retry):
                 # bounded exploration of K too: the curve and the verify line are measured only
                 # at the K chosen, so a K too short never learns that longer ones pay (it drifted
                 # to K = 1 and stayed); once every `retry` rounds, the optimistic K
                 self._k_probe[name] = self.round
-                k = self._retry_len(name, lo, caps[name], k)
+                k = self._retry_len(name, lo, caps[name], k, optimistic=True)
             return Choice(None if name == NONE else name, k)
         else:
             self._confirming = False
@@ -714,6 +732,8 @@ class DraftController:
             return (self.round - s.last) / (self.settings.retry * self._spacing(NONE))
         if name in self._hopeless_now:  # it cannot pay at the costs measured: re-measure them, rarely
             return (self.round - s.last) / (self.settings.retry * self.settings.spacing)
+        if not self.settings.few_runs:
+            return (self.round - s.last) / self.settings.retry
         return (self.round - s.last) / min(self.settings.retry, 4 * max(1, s.runs))
 
     def _spacing(self, name: str) -> float:
@@ -735,12 +755,13 @@ class DraftController:
             return 1.0
         return min(self.settings.spacing, (best / own) ** 2)
 
-    def _retry_len(self, name: str, lo: int, cap: int, k: int) -> int:
+    def _retry_len(self, name: str, lo: int, cap: int, k: int, *, optimistic: bool | None = None) -> int:
         """K of a retry of draft model `name`: the best under the optimistic curve (a free
         drafter's K is its match, as chosen)."""
         if self._drafters[name].free:
             return k
-        best = self.best_len(name, lo=lo, cap=cap, optimistic=True)
+        best = self.best_len(name, lo=lo, cap=cap,
+                             optimistic=self.settings.optimistic_retry if optimistic is None else optimistic)
         return best[0] if best is not None else k
 
     def extend(self, name: str, *, draft_len: int, free: str, grade: int, match_len: int) -> int:
@@ -792,7 +813,7 @@ class DraftController:
             return
         self._memo.clear()  # the round's estimates end with it
         st = self.settings
-        if choice.drafter is not None and choice.grade:
+        if choice.drafter is not None and choice.grade and st.grades:
             choice = replace(choice, drafter=self._key(choice.drafter, choice.grade))
         by_source = {self._key(n, v.grade): v for n, v in r.scored.items()}
         name = choice.drafter
@@ -814,10 +835,10 @@ class DraftController:
             if a is None:  # no round of the target alone yet: infer a from the priors
                 a = vp / (1.0 + _V0 + _V1 * drafted)
                 self._base.add(self.round, a)
-            elif round_s < 0.5 * a:  # a verify of K+1 rows cannot cost half of one row's
+            elif round_s < 0.5 * a and st.recheck:  # a verify of K+1 rows cannot cost half of one row's
                 self._recheck = True
             m = self._drafters[name]
-            if draft_first_s is not None and self.timed:  # D(K) = f + (K - 1) b
+            if draft_first_s is not None and self.timed and st.first_call:  # D(K) = f + (K - 1) b
                 m.first.add(self.round, draft_first_s)
                 if draft_calls >= 2:
                     m.per_token.add(self.round, max(0.0, draft_s - draft_first_s) / (draft_calls - 1))
@@ -862,7 +883,7 @@ class DraftController:
             own = emitted / (charged_s or 1e-12)
             if max(rate, own) <= self._bar:
                 self._confirm = None
-            elif self._confirm is None and not self._confirming:  # `confirm` rounds, not a chain
+            elif self._confirm is None and not self._confirming and st.confirm > 0:  # `confirm` rounds, not a chain
                 self._confirm = (NONE if name is None else name, st.confirm)
 
     def _induced_s(self, name: str | None, free: bool, emitted: int) -> float:
@@ -871,7 +892,7 @@ class DraftController:
         much more (counting lookup's rounds at their own seconds alone chose lookup's 3-token
         rounds over a model's 9-token ones on a counting prompt: 0.6 of the rounds, 1.04x). The
         model in play: the model drafter run last, if within `retry` rounds."""
-        if name is None or not free:
+        if name is None or not free or not self.settings.induced_catchup:
             return 0.0
         last = {n: s.last for n, s in self._sources.items()
                 if n in self._drafters and not self._drafters[n].free and s.last is not None}
