@@ -49,15 +49,18 @@ def costs_of(regime: str) -> Costs:
     return costs
 
 
-def run(traces: dict, rules: dict[str, str], regimes: tuple[str, ...], noise: float, seeds: int) -> dict:
-    """regime -> policy text -> prompt id -> speedups (2 per seed)."""
-    out: dict = {}
-    for regime in regimes:
-        costs = costs_of(regime)
-        out[regime] = {}
-        for text in ("default", *rules.values()):
-            sp = replay(traces, costs, noise, seeds, (Policy.parse(text),))
-            out[regime][text] = {pid: v for (_, pid), v in sp.items()}
+def run(traces: dict, rules: dict[str, str], regimes: tuple[str, ...], noise: float, seeds: int,
+        cache: Path | None) -> dict:
+    """regime -> policy text -> prompt id -> speedups (2 per seed); each replay kept in `cache` as it ends."""
+    out: dict = json.loads(cache.read_text())["data"] if cache is not None and cache.is_file() else {}
+    for text in ("default", *rules.values()):
+        for regime in regimes:
+            if text in out.get(regime, {}):
+                continue
+            sp = replay(traces, costs_of(regime), noise, seeds, (Policy.parse(text),))
+            out.setdefault(regime, {})[text] = {pid: v for (_, pid), v in sp.items()}
+            if cache is not None:
+                cache.write_text(json.dumps({"noise": noise, "seeds": seeds, "data": out}))
             print(f"{regime} {text} done", file=sys.stderr, flush=True)
     return out
 
@@ -93,19 +96,17 @@ def main() -> None:
     ap.add_argument("--rules", nargs="+", default=list(RULES), help="rule names (keys of RULES)")
     ap.add_argument("--noise", type=float, default=0.1)
     ap.add_argument("--seeds", type=int, default=4)
-    ap.add_argument("--json", type=Path, help="write the raw speedups here")
+    ap.add_argument("--json", type=Path, help="the raw speedups, written as each replay ends (a rerun resumes)")
     ap.add_argument("--table", type=Path, help="print the table of a --json file, no replay")
     args = ap.parse_args()
     traces = json.loads(args.traces.read_text())
     rules = {k: RULES[k] for k in args.rules}
     if args.table:
         saved = json.loads(args.table.read_text())
-        table(saved["data"], traces, {k: v for k, v in rules.items() if all(v in d for d in saved["data"].values())},
-              saved["seeds"])
+        done = {r: d for r, d in saved["data"].items() if "default" in d}
+        table(done, traces, {k: v for k, v in rules.items() if all(v in d for d in done.values())}, saved["seeds"])
         return
-    data = run(traces, rules, tuple(args.regimes), args.noise, args.seeds)
-    if args.json:
-        args.json.write_text(json.dumps({"noise": args.noise, "seeds": args.seeds, "data": data}))
+    data = run(traces, rules, tuple(args.regimes), args.noise, args.seeds, args.json)
     table(data, traces, rules, args.seeds)
 
 
