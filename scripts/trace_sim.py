@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 
 from ggufspec.loop import clock, engine
-from ggufspec.loop.control import DraftController
+from ggufspec.loop.control import ControlSettings, DraftController
 from ggufspec.loop.drafters import Draft, Drafter, LookupDrafter, top_probability
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
@@ -303,12 +303,17 @@ class Policy:
     alone, controlled), always (the model alone, never K = 0) or fixed (the model, `draft_max`
     every round); `draft_max` the largest K; `p_min` the confidence stop (--draft-p-min);
     `draft_extend` the most tokens of lookup's continuation a full model draft takes (default
-    only, as --draft-extend; -1: the engine's default)."""
+    only, as --draft-extend; -1: the engine's default); `control` the controller's `ControlSettings`
+    overrides (`default@opening=0,hopeless=0`: a rule off, for an ablation)."""
 
     kind: str
     draft_max: int = DRAFT_MAX
     p_min: float = 0.0
     draft_extend: int = -1
+    control: tuple[tuple[str, Any], ...] = ()
+
+    def settings(self) -> ControlSettings:
+        return ControlSettings(**dict(self.control))
 
     @property
     def extend(self) -> int:
@@ -320,18 +325,36 @@ class Policy:
     def label(self) -> str:
         text = f"K{self.draft_max}" if self.kind == "fixed" else f"{self.kind}<={self.draft_max}"
         text += f" p{self.p_min:g}" if self.p_min else ""
-        return text + (f" +{self.extend}" if self.kind == "default" and self.extend != DRAFT_EXTEND else "")
+        text += f" +{self.extend}" if self.kind == "default" and self.extend != DRAFT_EXTEND else ""
+        return text + ("@" + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.control)
+                       if self.control else "")
 
     @classmethod
     def parse(cls, text: str) -> Policy:
-        """"default", "always:16", "K8", "default:16:0.3", "default:8:0:0" (kind[:draft_max[:p_min[:draft_extend]]])."""
+        """"default", "always:16", "K8", "default:16:0.3", "default:8:0:0" (kind[:draft_max[:p_min[:draft_extend]]]),
+        each with "@KEY=VAL,..." of `ControlSettings` ("default@confirm=0")."""
+        text, _, over = text.partition("@")
+        control = _control(over.split(",")) if over else ()
         if text.startswith("K") and text[1:].isdigit():
             return cls("fixed", int(text[1:]))
         parts = text.split(":")
         if parts[0] not in ("default", "model", "always") or len(parts) > 4:
             sys.exit(f"error: bad policy {text!r}; give default|model|always[:DRAFT_MAX[:P_MIN[:DRAFT_EXTEND]]] or K<N>")
         return cls(parts[0], int(parts[1]) if len(parts) > 1 else DRAFT_MAX, float(parts[2]) if len(parts) > 2 else 0.0,
-                   int(parts[3]) if len(parts) > 3 else -1)
+                   int(parts[3]) if len(parts) > 3 else -1, control)
+
+
+def _control(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
+    """`ControlSettings` overrides from "KEY=VAL" items, each VAL read as its field's default's type."""
+    defaults, out = ControlSettings(), []
+    for item in items:
+        key, _, val = item.partition("=")
+        if not hasattr(defaults, key) or not val:
+            sys.exit(f"error: bad control setting {item!r}; give KEY=VAL of ControlSettings")
+        kind = type(getattr(defaults, key))
+        out.append((key, val.lower() in ("1", "true", "on", "yes") if kind is bool else kind(val)))
+    ControlSettings(**dict(out))  # checked now, not mid-replay
+    return tuple(out)
 
 
 DEFAULT_POLICIES = ("default", "model", "always", "K8", "K4")  # the bench's: the controller's at DRAFT_MAX, fixed K
@@ -492,7 +515,7 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
     speedups: dict[tuple[Policy, str], list[float]] = collections.defaultdict(list)
     for seed in range(seeds):
         rng = random.Random(seed)
-        ctls = {p: DraftController() for p in policies if p.kind != "fixed"}  # one per policy, kept across prompts
+        ctls = {p: DraftController(settings=p.settings()) for p in policies if p.kind != "fixed"}  # one per policy, kept across prompts
         for _ in range(2):  # the bench's two repeats, in its order
             for pid, t in traces.items():
                 alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * (costs.a + costs.python_s(0))
@@ -599,7 +622,8 @@ def main() -> None:
                    help="price rounds with the costs the bench's runs measured (runs.csv beside --bench), not its micro block")
     s.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
                    help="configurations to replay, the first compared with each of the others: default|model|always[:DRAFT_MAX"
-                        "[:P_MIN]] or K<N> (default: %(default)s)")
+                        "[:P_MIN[:DRAFT_EXTEND]]][@KEY=VAL,...] (ControlSettings overrides, e.g. default@confirm=0) "
+                        "or K<N> (default: %(default)s)")
     args = ap.parse_args()
     if args.cmd == "record":
         record(args.out, args.max_tokens, args.k_max, args.limit)

@@ -1,0 +1,79 @@
+"""The controller's settings (`ControlSettings`: horizons in rounds, robustness knobs, one switch
+per rule for the ablation of docs/bench/controller.md) and its nominal costs (pure)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+# nominal costs in units of a target step (priors; the only costs of a counted controller;
+# the draft step and accept priors are in ggufspec.loop.estimates)
+V0 = 0.3  # a verify's first extra row beyond the target step
+V1 = 0.2  # each further row
+U_MODEL = 0.3  # prior catch-up cost of a draft model, per token of backlog
+SYNCED = 2  # a backlog this small is a normal round's (a full accept leaves 2 tokens to decode)
+HORIZON = 256  # tokens a generation is assumed to have left when the caller does not say
+PRIOR_WEIGHT = 0.25  # each of the verify line's two prior points, against a median's min(n, 4)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControlSettings:
+    """The controller's horizons (in rounds) and robustness knobs. A rule's switch off is the
+    rule's absence (opening = 0, confirm = 0, spacing = 1, check_rounds = 0, winsor = inf, or False)."""
+
+    retry: int = 32  # a source not run for this many rounds runs next
+    decay: float = 0.95  # weight of a source's realized round per later round of that source, in a generation
+    pool_decay: float = 0.98  # ... over all generations
+    prompt_prior_rounds: float = 8.0  # pseudo-rounds of a source's rate over all generations in this one's
+    free_prior_obs: float = 2.0  # pseudo-observations of a free drafter's pooled curve in this generation's
+    accept_decay: float = 0.97  # weight of a drafter's acceptance observation per later observation of it
+    idle_decay: float = 0.99  # ... and of either per round of any source (half weight after 69 rounds)
+    opening: int = 3  # rounds a draft model prefilled with a new prompt runs before the estimates decide
+    explore_share: float = 0.05  # a prefill for exploration's sake when it is this share of the time since the model ran
+    close: float = 0.9  # a draft model this close to the best estimate is prefilled with a new prompt
+    window: int = 16  # timing samples whose median is an estimate
+    prior_rounds: float = 2.0  # pseudo-rounds of the cost model in a source's throughput
+    winsor: float = 4.0  # a round's seconds count at most this many model round times
+    confirm: int = 3  # rounds a retry that beat the estimates runs again
+    check_rounds: int = 3  # a free drafter's grade is checked (`check`) until a generation judged this many of it
+    spacing: float = 4.0  # the most `retry` intervals between two retries of the target alone (1: every `retry`)
+    verify_prior_weight: float = PRIOR_WEIGHT  # each prior point of the verify line
+    # rule switches (off: the rule's absence)
+    two_level: bool = True  # this generation's rate over the pooled one (off: the pooled rate alone)
+    first_call: bool = True  # D(K) = f + (K - 1) b (off: K b, b = draft seconds / drafted)
+    hysteresis: bool = True  # the draft model in step judged by max(R_s, P_s)
+    few_runs: bool = True  # a model run n < 8 times is due after 4 n rounds
+    optimistic_retry: bool = True  # a retry of a draft model runs at the optimistic K
+    k_probe: bool = True  # once every `retry` rounds the chosen model runs at the optimistic K
+    free_prompt: bool = True  # a free drafter's curve and rate are this generation's over the pooled
+    grades: bool = True  # a free drafter's grades are sources of their own
+    catchup_pricing: bool = True  # a model with a backlog runs only where its catch-up pays
+    induced_catchup: bool = True  # a free round is charged the catch-up it leaves the model in play
+    recheck: bool = True  # a drafting round under a / 2 re-measures a
+    hopeless: bool = True  # a model whose ceiling cannot beat the best other source is left
+
+    def __post_init__(self) -> None:
+        if (self.retry < 1 or self.window < 1 or self.spacing < 1 or self.opening < 0 or self.check_rounds < 0
+                or not all(0 < x <= 1 for x in (self.decay, self.accept_decay, self.idle_decay))):
+            raise ValueError(f"bad control settings: {self}")
+
+
+def per_state(method: Callable[..., T]) -> Callable[..., T]:
+    """`method`'s value computed once per state of the estimates: `choose` asks each estimate
+    several times a round (at every K of every source), and only `observe` and `begin` change what
+    they are made from (each empties the owner's `_memo`)."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def cached(self: Any, *args: object, **kwargs: object) -> T:
+        key = (name, args, *kwargs.items())
+        try:
+            return self._memo[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._memo[key] = method(self, *args, **kwargs)
+            return value
+
+    return cached

@@ -1,0 +1,163 @@
+"""The cost model: what a round of each source costs, from measurements only (pure).
+
+    T_d(K) = V(K) + D_d(K),   V(K) = a + v0 + v K,   D_d(K) = f_d + (K - 1) b_d   (K >= 1),   T(0) = a
+
+a: the fastest of the last `window` rounds' verify-and-Python seconds (a round that drafted
+nothing measures a; one that drafted bounds it from above: K + 1 rows cost no less than one).
+
+V(K): a round verifying K drafts, drafting excluded, whoever proposed them. (v0, v) is the
+weighted least-squares line through the median verify-and-Python time of each K measured lately
+(weight min(n, 4)), with the prior v0 = 0.3 a, v = 0.2 a as two pseudo-samples of weight
+`verify_prior_weight` (1/4) at K = 1 and K = 8. Not linear from 0: a verify's first extra row
+costs more than the next ones on a CPU.
+
+D_d(K): drafter d's seconds for K tokens, K decode calls: b_d the low median of the last
+`window` calls after a round's first, f_d of its first call (rule `first_call`: the first call
+imports the target's cache and decodes what the last round left; off: D = K b, b the draft's
+seconds over its tokens). A free drafter (prompt lookup) costs b = 0.
+
+u_d: a draft model's catch-up seconds a token of history it missed (median; prior 0.3 a).
+
+The ceiling of a draft model, max_K (K + 1) / T(K), is its rate were every draft accepted
+(rule `hopeless`, ggufspec.loop.exploration). The prior rate max_K E_alpha0(K) / T(K) prices it
+at the prior accept rate alpha0 (E(K) = sum_{i=0..K} alpha0^i).
+
+With `timed=False` the costs are nominal (a = 1, V(K) = 1.3 + 0.2 K, b = 0.25 for a model and 0
+for a free drafter, catch-up 0.3 a token): the policy is driven by counts only.
+Measurements behind each choice: docs/bench/controller.md.
+"""
+
+from __future__ import annotations
+
+from ggufspec.loop.controlsettings import U_MODEL, V0, V1, ControlSettings, per_state
+from ggufspec.loop.estimates import DrafterModel, Realized, Samples, fit_line
+
+
+class CostModel:
+    """The timing samples and the cost model priced from them; `_memo` holds this state's values."""
+
+    def __init__(self, *, timed: bool, settings: ControlSettings) -> None:
+        self.timed = timed
+        self.settings = settings
+        self.round = 0  # rounds observed
+        self._base = Samples(settings.window)  # seconds of rounds that drafted nothing
+        self._bound = Samples(settings.window)  # verify-and-Python seconds of rounds that drafted
+        self._verify: dict[int, Samples] = {}  # K -> verify-and-Python seconds of rounds of K drafts
+        self._memo: dict[tuple, object] = {}  # this state's estimates (`per_state`)
+        if not timed:
+            self._base.add(0, 1.0)  # counted: a round of the target alone is the unit, no calibration
+        self._sources: dict[str, Realized] = {}
+        self._drafters: dict[str, DrafterModel] = {}
+
+    def _fresh(self) -> int:
+        """Rounds within which a timing sample is fresh."""
+        return 2 * self.settings.retry
+
+    @per_state
+    def base_s(self) -> float | None:
+        """a: one round of the target alone, seconds (None: not measured yet)."""
+        found = [x for x in (self._base.median(self.round, self._fresh(), low=True),
+                             self._bound.median(self.round, self._fresh(), low=True)) if x is not None]
+        return min(found) if found and self._base else None
+
+    def _model(self, name: str, free: bool) -> DrafterModel:
+        m = self._drafters.get(name)
+        if m is None:
+            w = self.settings.window
+            m = self._drafters[name] = DrafterModel(free=free, per_token=Samples(w), first=Samples(w),
+                                                    catchup=Samples(w), prefill=Samples(w))
+        return m
+
+    def verify_s(self, k: int) -> float | None:
+        """V(K): seconds of a round verifying K drafts, drafting excluded (None: a not measured)."""
+        a = self.base_s()
+        if a is None:
+            return None
+        if k <= 0:
+            return a
+        v0, v = self._verify_line(a)
+        return a + v0 + v * k
+
+    @per_state
+    def _verify_line(self, a: float) -> tuple[float, float]:
+        """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (module docstring)."""
+        w = self.settings.verify_prior_weight
+        pts = [(1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)]  # (K, V(K) - a, weight)
+        for k, samples in self._verify.items():
+            m = samples.median(self.round, self._fresh())
+            if m is not None:
+                pts.append((float(k), m - a, float(min(len(samples), 4))))
+        return fit_line(pts)
+
+    @per_state
+    def per_token_s(self, name: str) -> float | None:
+        """b_d: draft seconds of a call after the round's first (None: no drafter of that name)."""
+        m = self._drafters.get(name)
+        a = self.base_s()
+        if m is None or a is None:
+            return None
+        b = m.per_token.median(self.round, self._fresh())
+        return b if b is not None else m.b_prior * a
+
+    def _first_s(self, name: str, b: float) -> float:
+        """f_d: a round's first draft call, seconds (b_d until one was measured, or rule off)."""
+        f = (self._drafters[name].first.median(self.round, self._fresh())
+             if self.timed and self.settings.first_call else None)
+        return b if f is None else f
+
+    @per_state
+    def draft_cost_s(self, name: str, k: int) -> float | None:
+        """D_d(K) = f_d + (K - 1) b_d: seconds drafter `name` takes to propose `k` tokens."""
+        b = self.per_token_s(name)
+        if b is None or k <= 0:
+            return None if b is None else 0.0
+        return self._first_s(name, b) + (k - 1) * b
+
+    @per_state
+    def catchup_s(self, name: str) -> float | None:
+        """u_d: seconds a draft model takes to catch up on one token of history it missed."""
+        m = self._drafters.get(name)
+        a = self.base_s()
+        if m is None or a is None:
+            return None
+        u = m.catchup.median(self.round, self._fresh()) if self.timed else None
+        return u if u is not None else U_MODEL * a
+
+    def _prefill_s(self, name: str) -> float:
+        """Seconds a token of a prompt prefill costs draft model `name`: measured, else its catch-up's."""
+        m = self._drafters.get(name)
+        measured = m.prefill.median(self.round, 1 << 30) if m is not None and self.timed else None
+        return measured if measured is not None else (self.catchup_s(name) or 0.0)
+
+    @per_state
+    def round_costs(self, name: str, cap: int) -> tuple[float, ...] | None:
+        """T_d(K) = V(K) + D_d(K) for K = 0..cap, seconds (None: unmeasured)."""
+        a, b = self.base_s(), self.per_token_s(name)
+        if a is None or b is None:
+            return None
+        v0, v = self._verify_line(a)
+        f = self._first_s(name, b)
+        return (a, *(max(a + v0 + v * k + f + (k - 1) * b, 1e-12) for k in range(1, cap + 1)))
+
+    @per_state
+    def ceiling_rate(self, name: str, *, lo: int, cap: int) -> float | None:
+        """max_{lo <= K <= cap} (K + 1) / T(K): the most drafter `name` could deliver, every draft accepted."""
+        costs = self.round_costs(name, cap) if cap >= lo else None
+        if costs is None:
+            return None
+        return max((k + 1) / costs[k] for k in range(lo, cap + 1))
+
+    @per_state
+    def prior_rate(self, name: str, *, lo: int, cap: int) -> float | None:
+        """max_K E(K) / T(K) with the measured costs and the prior accept rate alpha0."""
+        costs = self.round_costs(name, cap) if cap >= lo else None
+        if costs is None:
+            return None
+        alpha = self._drafters[name].alpha0
+        best, e, term = 0.0, 1.0, 1.0
+        for k in range(1, cap + 1):
+            term *= alpha
+            e += term  # E(K) = sum_{i=0..K} alpha^i
+            if k >= lo:
+                best = max(best, e / costs[k])
+        return best

@@ -1,0 +1,184 @@
+"""Bounded exploration: when a source the estimates do not choose runs anyway (pure).
+
+Retries: a source not run for `retry` rounds runs next (the longest waiting first), so a losing
+choice is tried again within retry + (number of sources) rounds; one never run runs as soon as it
+can. Wait, in retry intervals (due at >= 1):
+    w_s = (round - last_s) / (retry * x_s)
+    x_none = min(spacing, max(1, (P_best / P_none)^2))     (rule `spacing`: the target alone)
+    x_d = min(1, 4 n_d / retry)                           (rule `few_runs`: n_d rounds run)
+    x_d = spacing                                         (rule `hopeless`, below)
+A free drafter is never retried (scored every round: full information). A retry of a draft model
+runs at the optimistic K (rule `optimistic_retry`: each c(j) at least alpha0), and once every
+`retry` rounds the model the estimates chose does too (rule `k_probe`).
+
+Confirm: a retry after which the source's estimate, or the retry round's own rate, beats the
+best other source's runs again, up to `confirm` more rounds.
+
+Opening: a draft model prefilled with a new prompt runs its first `opening` rounds (1 where it
+lost clearly when last chosen: under `close` of the best).
+
+Hopeless (rule `hopeless`): a draft model whose ceiling max_K (K + 1) / T(K) at the measured
+costs does not beat the best other source is not opened nor prefilled, and is retried only every
+retry x spacing rounds.
+
+Prefill (`wants`): a draft model is prefilled with a new prompt when never run, the leader, within
+`close` of it, or due for a retry, and its expected gain pays for the prefill (ggufspec.loop.catchup);
+or, whatever the estimates, once the time since it ran is 1 / `explore_share` times the prefill's
+and its opening's cost (exploration bounded to that share of the time; it then opens in full).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from ggufspec.loop.catchup import CatchUp
+from ggufspec.loop.controlsettings import SYNCED, ControlSettings
+from ggufspec.loop.rounds import NONE, Candidate, Choice
+
+
+class Exploration(CatchUp):
+    """The estimates with the retry, opening and confirm schedule."""
+
+    def __init__(self, *, timed: bool, settings: ControlSettings) -> None:
+        super().__init__(timed=timed, settings=settings)
+        self._bar = math.inf  # the best other source's estimate when a retry ran
+        self._probe: tuple[int, int] = (1, 1)  # (lo, cap) of the K range of the retried source
+        self._confirm: tuple[str, int] | None = None  # (source, rounds left) to run again
+        self._confirming = False  # the last retry round was a confirmation (never re-arms it)
+        self._leader: str | None = None  # the source with the best estimate when last chosen
+        self._opening: dict[str, int] = {}  # draft model -> opening rounds left in this generation
+        self._rates: dict[str, float] = {}  # each source's estimate when last chosen
+        self._pooled: dict[str, float] = {}  # ... its rate over all generations
+        self._prior: dict[str, float] = {}  # ... a drafter's prior rate (alpha0, the measured costs)
+        self._k_probe: dict[str, int] = {}  # draft model -> round its K was last explored
+        self._clock = 0.0  # seconds charged to every round so far (nominal ones when counted)
+        self._ran_s: dict[str, float] = {}  # source -> `_clock` when it last ran
+        self._exploring: set[str] = set()  # draft models prefilled for exploration's sake (full opening)
+        self._caps: dict[str, int] = {}  # drafter -> the longest K it could draft when last a candidate
+        self._hopeless_now: set[str] = set()  # draft models that cannot pay at the measured costs
+
+    def _hopeless(self, name: str, rates: Mapping[str, float], *, lo: int, cap: int) -> bool:
+        """Draft model `name`'s ceiling does not beat the best other source (unmeasured: no)."""
+        if not self.settings.hopeless or name == NONE or self._drafters[name].free or not self._drafters[name].per_token:
+            return False
+        best = max((r for n, r in rates.items() if n != name), default=0.0)
+        ceiling = self.ceiling_rate(name, lo=lo, cap=cap)
+        return ceiling is not None and best > 0.0 and ceiling <= best
+
+    def _wait(self, name: str) -> float:
+        """How due source `name` is for a retry: >= 1 due (inf: never run; 0: a free drafter)."""
+        s = self._source(name)
+        if name != NONE and self._drafters[name].free:
+            return 0.0
+        if s.last is None:
+            return math.inf
+        st = self.settings
+        if name == NONE:
+            return (self.round - s.last) / (st.retry * self._spacing(NONE))
+        if name in self._hopeless_now:
+            return (self.round - s.last) / (st.retry * st.spacing)
+        return (self.round - s.last) / (min(st.retry, 4 * max(1, s.runs)) if st.few_runs else st.retry)
+
+    def _spacing(self, name: str) -> float:
+        """x_s = (P_best / P_s)^2 by the rates over all generations, within [1, `spacing`]."""
+        own = self._pooled.get(name, 0.0)
+        best = max((r for n, r in self._pooled.items() if n != name), default=0.0)
+        if own <= 0.0 or best <= own:
+            return 1.0
+        return min(self.settings.spacing, (best / own) ** 2)
+
+    def _retry_len(self, name: str, lo: int, cap: int, k: int, *, optimistic: bool | None = None) -> int:
+        """K of a retry of draft model `name`: the best under the optimistic curve (a free
+        drafter's K is its match, as chosen)."""
+        if self._drafters[name].free:
+            return k
+        best = self.best_len(name, lo=lo, cap=cap,
+                             optimistic=self.settings.optimistic_retry if optimistic is None else optimistic)
+        return best[0] if best is not None else k
+
+    def wants(self, name: str, *, backlog: int | None = None, remaining: int | None = None) -> bool:
+        """Should draft model `name` be prefilled with a new prompt (module docstring)? `backlog`:
+        the prompt tokens it lacks; `remaining`: the tokens the generation may emit."""
+        s = self._sources.get(name)
+        if s is None or s.last is None:
+            return True
+        if name in self._hopeless_now:  # no prefill for a model that cannot pay until its rare retry
+            return self.round - s.last >= self.settings.retry * self.settings.spacing
+        leader = name == self._leader
+        due = self.round - s.last >= self.settings.retry
+        best = max(self._rates.values(), default=0.0)
+        close = self._rates.get(name, 0.0) >= self.settings.close * best
+        if not (leader or due or close):
+            return False
+        if backlog is None or remaining is None:
+            return True
+        other = max((r for n, r in self._pooled.items() if n != name), default=0.0)
+        rate = self._pooled.get(name, 0.0)
+        if not leader:
+            rate = max(rate, self._prior.get(name, 0.0))
+        if other <= 0.0 or self._pays(name, backlog, rate, other, remaining, prefill=True):
+            return True
+        cap = self._caps.get(name, 1)
+        opening_s = self.settings.opening * ((self.verify_s(cap) or 0.0) + (self.draft_cost_s(name, cap) or 0.0))
+        idle_s = self._clock - self._ran_s.get(name, 0.0)
+        if idle_s * self.settings.explore_share >= max(0, backlog - SYNCED) * self._prefill_s(name) + opening_s:
+            self._exploring.add(name)
+            return True
+        return False
+
+    def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
+        """A generation starts; the draft models in `prefilled` hold its prompt and open it
+        (`opening` rounds; 1 where it lost clearly when last chosen). `prefill`: tokens and
+        seconds each prefill took."""
+        self._memo.clear()  # this generation's counts start now
+        best = max(self._rates.values(), default=0.0)
+        exploring, self._exploring = self._exploring, set()
+        self._opening = {n: self.settings.opening
+                         if n in exploring or self._rates.get(n, best) >= self.settings.close * best else 1
+                         for n in prefilled if self.settings.opening > 0}
+        self._confirming, self._confirm = False, None
+        for src in self._sources.values():  # this generation's rounds start now
+            src.cur_tokens = src.cur_seconds = 0.0
+        for m in self._drafters.values():  # ... and its free drafters' scored proposals
+            if m.free:
+                m.gen_drafted_at, m.gen_accepted_at = [], []
+        for name, (tokens, seconds) in (prefill or {}).items():
+            if tokens >= 16:  # (a few tokens measure the call, not the tokens)
+                self._model(name, False).prefill.add(self.round, seconds / tokens)
+        self._memo.clear()
+
+    def _after_retry(self, name: str | None, emitted: int, charged_s: float, a: float) -> None:
+        """A retry ran (`a`: the target step then): arm `confirm` rounds of it where it, or its
+        estimate, beat `_bar`."""
+        if name is None:
+            prior = 1.0 / a if a else None
+        else:
+            best = self.best_len(name, lo=self._probe[0], cap=self._probe[1])
+            prior = best[1] if best is not None else None
+        rate = self.throughput(NONE if name is None else name, prior) or 0.0
+        own = emitted / (charged_s or 1e-12)  # the round's own rate: the estimate keeps older rounds
+        if max(rate, own) <= self._bar:
+            self._confirm = None
+        elif self._confirm is None and not self._confirming and self.settings.confirm > 0:
+            self._confirm = (NONE if name is None else name, self.settings.confirm)
+
+    def _open(self, drafters: Sequence[Candidate], options: Mapping[str, tuple[int, float | None]],
+              rates: Mapping[str, float], caps: Mapping[str, int], lo: int, remaining: int | None) -> Choice | None:
+        """This round's opening round, if one is left (rule `opening`; not for a model behind,
+        one that shares the target's cache, or a hopeless one)."""
+        backlogs = {c.name: c.backlog for c in drafters}
+        shared = {c.name for c in drafters if c.kv_shared}
+        if remaining is not None and remaining < self.settings.retry:  # too short to use what it learns
+            self._opening.clear()
+        opening = self._opening  # (a shared controller: another slot's `begin` may replace it)
+        for n in list(opening):
+            left = opening.pop(n, 0)
+            if n not in options or backlogs.get(n, 0) > SYNCED or left <= 0 or n in shared or n in self._hopeless_now:
+                continue
+            if left > 1:
+                opening[n] = left - 1
+            self._bar = max((r for m, r in rates.items() if m != n), default=0.0)
+            self._probe = (lo, caps[n])
+            return Choice(n, self._retry_len(n, lo, caps[n], options[n][0]), retry=True)
+        return None

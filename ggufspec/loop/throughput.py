@@ -1,0 +1,132 @@
+"""Realized and modelled rates: each source's acceptance curve and tokens per second (pure).
+
+Acceptance. c_d(j) = P(draft j accepted | drafts 1..j-1 accepted), from counts discounted by
+`accept_decay` per later observation of d and `idle_decay` per round of any source, plus one
+pseudo-round of prior c_d(j-1) (c_d(0) = alpha0), so past the measured positions the curve
+extends the measured one:
+    c_d(j) = (accepted_j + c_d(j-1)) / (drafted_j + 1),   pi_d(i) = prod_{j<=i} c_d(j)
+    E_d(K) = 1 + sum_{i=1..K} pi_d(i),   K* = argmax_{K in [lo, cap]} E_d(K) / T_d(K)
+`optimistic`: each c_d(j) at least alpha0 (the K a retry or a K probe runs). Rule `free_prompt`:
+a free drafter (scored every round, chosen or not: full information) takes this generation's
+counts over its pooled curve as `free_prior_obs` pseudo-observations,
+    c'(j) = (gen_accepted_j + w c_d(j)) / (gen_drafted_j + w).
+Rule `grades`: a free drafter's proposal of grade g (lookup: the n-gram length of its match) is
+a source of its own, `lookup#g`, with its own curve and rate.
+
+Throughput (rule `two_level`, empirical Bayes): over all generations, a source's rounds
+discounted by `pool_decay` a round of its own and `idle_decay` a round of any source, shrunk
+towards the cost model's figure R0 with m = `prior_rounds` pseudo-rounds; and over this
+generation's (`decay` a round), shrunk towards the former with m_g = `prompt_prior_rounds`:
+    P_s = (sum w tokens + m R0_s t_s) / (sum w seconds + m t_s)
+    R_s = (cur tokens + m_g P_s t_s) / (cur seconds + m_g t_s)
+t_s: the source's mean round (a before it ran), so pseudo-rounds are rounds of that source.
+A free drafter's R_s shrinks towards R0 (its modelled rate with this prompt's curve) instead of
+P_s, with m = `prior_rounds`: its worth is the prompt's. R0_d = max_K E_d(K) / T_d(K); R0_none = 1 / a.
+"""
+
+from __future__ import annotations
+
+from ggufspec.loop.costmodel import CostModel
+from ggufspec.loop.controlsettings import per_state
+from ggufspec.loop.estimates import DrafterModel, Realized
+
+
+class Rates(CostModel):
+    """The cost model with each source's acceptance curve and realized throughput."""
+
+    def _source(self, name: str) -> Realized:
+        s = self._sources.get(name)
+        if s is None:
+            s = self._sources[name] = Realized(at=self.round)
+        s.decay_to(self.round, self.settings.idle_decay)
+        return s
+
+    def _key(self, name: str, grade: int) -> str:
+        """The source a drafter's proposal of `grade` counts for (rule `grades`; grade 0: the drafter)."""
+        return f"{name}#{grade}" if grade and self.settings.grades else name
+
+    @staticmethod
+    def _extension_key(name: str, grade: int) -> str:
+        """The curve of free drafter `name`'s continuations of a model's drafts, of `grade` (`extend`)."""
+        return f"{name}+{grade}"
+
+    @per_state
+    def prefix_accept(self, name: str, n: int, *, optimistic: bool = False) -> tuple[float, ...]:
+        """pi_d(1..n): P(the first i drafts of `name` are all accepted), i = 1..n (module docstring)."""
+        m = self._drafters[name]
+        self._decay_accepts(m)
+        out, pi, cond = [], 1.0, m.alpha0
+        w = self.settings.free_prior_obs
+        for i in range(n):
+            d = m.drafted_at[i] if i < len(m.drafted_at) else 0.0
+            acc = m.accepted_at[i] if i < len(m.accepted_at) else 0.0
+            cond = (acc + cond) / (d + 1.0)
+            c = cond
+            if m.free and self.settings.free_prompt and i < len(m.gen_drafted_at):
+                c = (m.gen_accepted_at[i] + w * cond) / (m.gen_drafted_at[i] + w)
+            pi *= max(c, m.alpha0) if optimistic else c
+            out.append(pi)
+        return tuple(out)
+
+    @per_state
+    def best_len(self, name: str, *, lo: int, cap: int, optimistic: bool = False) -> tuple[int, float] | None:
+        """(K, E(K) / T(K)) maximising the modelled rate over K in [lo, cap]; None when unmeasured."""
+        costs = self.round_costs(name, cap) if cap >= lo else None
+        if costs is None:
+            return None
+        pis = self.prefix_accept(name, cap, optimistic=optimistic)
+        best, e = None, 1.0
+        for k in range(1, cap + 1):
+            e += pis[k - 1]
+            if k >= lo:
+                rate = e / costs[k]
+                if best is None or rate > best[1] + 1e-12:
+                    best = (k, rate)
+        return best
+
+    @per_state
+    def throughput(self, name: str, prior_rate: float | None, *, pooled: bool = False) -> float | None:
+        """R_s (P_s where `pooled`): a source's realized tokens a second, shrunk (module docstring)."""
+        a = self.base_s()
+        s = self._source(name)
+        d = self._drafters.get(name)
+        t = s.round_s(a) if a is not None else None  # t_s
+        m_g = self.settings.prompt_prior_rounds
+        if (d is not None and d.free and self.settings.free_prompt and not pooled and prior_rate is not None
+                and t is not None):
+            rate, m_g = prior_rate, self.settings.prior_rounds  # full information: the prompt's own curve
+        else:
+            m = self.settings.prior_rounds if prior_rate is not None else 0.0
+            num = s.tokens + (m * prior_rate * t if prior_rate is not None and t is not None else 0.0)
+            den = s.seconds + (m * t if t is not None else 0.0)
+            rate = num / den if den > 0 else prior_rate
+            if pooled or rate is None or t is None or not self.settings.two_level:
+                return rate
+        den = s.cur_seconds + m_g * t
+        return (s.cur_tokens + m_g * rate * t) / den if den > 0 else rate
+
+    def _decay_accepts(self, m: DrafterModel, *, observed: bool = False) -> None:
+        """Age `m`'s counts to now (`idle_decay` a round) and, when a new observation comes,
+        by `accept_decay`: a drafter's curve is its own last few dozen rounds, wherever they were."""
+        w = self.settings.idle_decay ** (self.round - m.at) if self.round > m.at else 1.0
+        if observed:
+            w *= self.settings.accept_decay
+        if w != 1.0:
+            m.drafted_at = [x * w for x in m.drafted_at]
+            m.accepted_at = [x * w for x in m.accepted_at]
+        m.at = max(m.at, self.round)
+
+    def _record_accepts(self, name: str, proposed: int, matched: int, emitted: int) -> None:
+        """Positions 1..matched accepted; position matched+1 rejected where the target judged it
+        (matched < emitted: the emitted token there differs); past the emitted tokens, unknown."""
+        m = self._drafters[name]
+        self._decay_accepts(m, observed=True)
+        judged = min(proposed, matched + 1) if matched < emitted else matched
+        # the discounted counts; a free drafter's this generation's too (`prefix_accept`)
+        counts = [(m.drafted_at, m.accepted_at)] + ([(m.gen_drafted_at, m.gen_accepted_at)] if m.free else [])
+        for drafted_at, accepted_at in counts:
+            drafted_at.extend([0.0] * (judged - len(drafted_at)))
+            accepted_at.extend([0.0] * (judged - len(accepted_at)))
+            for i in range(judged):
+                drafted_at[i] += 1.0
+                accepted_at[i] += i < matched
