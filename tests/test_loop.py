@@ -590,3 +590,16 @@ def test_extended_drafts_keep_the_target_distribution(rule: AcceptRule, monkeypa
     extended, kept = sum(s.extended for s in stats), sum(s.extended_accepted for s in stats)
     assert extended > 2000 and kept > 500, (extended, kept)
     assert_follows(counts, exact, runs)
+
+
+def test_a_check_the_model_declines_runs_the_free_proposal_unchecked(fake_clock: FakeClock) -> None:
+    # --draft-p-min so high that the model never drafts a token: a checked lookup proposal has no
+    # first token to meet, so it runs as it is (q one-hot: exact), not as an empty model round
+    target, draft = pair(seed=5, fake_clock=fake_clock)
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2]
+    gen = generate(target=target, prompt=prompt, drafters=[ModelDrafter(draft), LookupDrafter()], max_tokens=40,
+                   controller=_AlwaysCheck(),
+                   speculative=SpeculativeSettings(length=DraftLengthSettings(draft_max=4, draft_p_min=0.999999))).run()
+    assert gen.tokens == greedy_reference(target.lm, VOCAB, prompt, max_tokens=40, n_ctx=256)
+    assert gen.stats.checks > 0 and gen.stats.checks_failed == 0
+    assert gen.stats.drafter_rounds.get("lookup", 0) == gen.stats.checks
