@@ -58,7 +58,7 @@ class DraftController(Exploration):
         `allow_none`: False never chooses the target alone while a drafter can propose;
         `remaining`: tokens the generation may still emit (weighs a catch-up against its gain)."""
         by_key = {self._key(c.name, c.grade): c for c in drafters}
-        keyed = [replace(c, name=k) for k, c in by_key.items()]
+        keyed = [c if k == c.name else replace(c, name=k) for k, c in by_key.items()]
         ch = self._choose(drafters=keyed, draft_max=draft_max, draft_min=draft_min, allow_none=allow_none,
                           remaining=remaining)
         if ch.drafter is None:
@@ -115,8 +115,10 @@ class DraftController(Exploration):
         self._leader = max(rates, key=lambda n: rates[n])
         self._rates = rates
         self._pooled = {n: self.throughput(n, r, pooled=True) or 0.0 for n, (_, r) in options.items()}
-        self._prior = {n: self.prior_rate(n, lo=lo, cap=caps[n]) or 0.0 for n in options if n != NONE}
-        self._hopeless_now = {n for n in options if self._hopeless(n, rates, lo=lo, cap=caps[n])}
+        # a draft model's prior rate (alpha0, the measured costs): the optimism of a catch-up or a prefill
+        self._prior = {n: self.prior_rate(n, lo=lo, cap=caps[n]) or 0.0 for n in options
+                       if n != NONE and not self._drafters[n].free}
+        self._hopeless_now = {n for n in self._prior if self._hopeless(n, rates, lo=lo, cap=caps[n])}
         shared = self._shared = {c.name for c in drafters if c.kv_shared}
         opening = self._open(drafters, options, rates, caps, lo, remaining)
         if opening is not None:
