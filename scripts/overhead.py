@@ -283,8 +283,8 @@ def profile(key: str, *, rounds: int, max_tokens: int, prompt_len: int, top: int
         ours.append((tt - fake, ct, nc * share, f"{Path(file).name}:{line}({func})" if line else func, file))
     total = sum(x[0] for x in ours)
     wanted = {"choose": "control.py", "observe": "control.py", "extend": "control.py", "begin": "control.py",
-              "wants": "control.py", "propose": "drafters.py", "continue_after": "drafters.py", "play": "runner.py",
-              "_extension": "runner.py", "accept_greedy": "acceptance.py", "pick": "runner.py", "push": "text.py",
+              "wants": "control.py", "propose": "drafters.py", "continue_after": "drafters.py", "play": "round_runner.py",
+              "_extension": "round_runner.py", "accept_greedy": "acceptance.py", "pick": "round_runner.py", "push": "text.py",
               "add": "stats.py", "stats": "stats.py", "_sync": "drafters.py", "_reach": "drafters.py", "best_len": "control.py",
               "prior_rate": "control.py", "throughput": "control.py", "prefix_accept": "control.py",
               "verify_s": "control.py", "draft_cost_s": "control.py", "_check": "control.py", "_spacing": "control.py",

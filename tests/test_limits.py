@@ -73,7 +73,7 @@ def _parsed(command: str, *argv: str):
 @pytest.mark.parametrize("command", SPECULATING)
 def test_every_generating_command_takes_every_speculation_flag(command: str) -> None:
     """run had 8 speculation flags, chat 4, serve 3, bench 1; now each has the same 8, parsed alike."""
-    from ggufspec.commands.speculation import speculative_settings
+    from ggufspec.commands.speculation_args import speculative_settings
     from ggufspec.loop.acceptance import AcceptRule, Variant
     from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 

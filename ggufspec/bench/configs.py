@@ -120,7 +120,7 @@ def make_plan(
             would; each is also run alone (controlled, always-draft) and at fixed K.
         sweep_draft_lens: the fixed draft lengths swept (--sweep-k), with the first draft, and
             with every draft when `sweep_all_drafts`.
-        speculative: the speculation flags (ggufspec.commands.speculation; None: their
+        speculative: the speculation flags (ggufspec.commands.speculation_args; None: their
             defaults). They are the default configuration's settings: its draft_max (every
             controlled configuration's cap), fixed and always_draft; accept picks the sampling
             sweep's rule (default: rejection and match, side by side); draft_min, draft_p_min,

@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 
 from ggufspec.commands import add_draft_kv_argument, add_pair_argument, add_rpc_argument
-from ggufspec.commands.speculation import add_speculation_arguments, speculative_settings
+from ggufspec.commands.speculation_args import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
 from ggufspec.settings import check_threads
 

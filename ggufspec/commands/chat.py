@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from ggufspec.commands import add_draft_kv_argument, add_model_arguments, add_sampling_arguments, pair_settings
-from ggufspec.commands.speculation import add_speculation_arguments, speculative_settings
+from ggufspec.commands.speculation_args import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
 
 

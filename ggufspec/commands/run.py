@@ -32,7 +32,7 @@ from ggufspec.commands import (
     add_sampling_arguments,
     pair_settings,
 )
-from ggufspec.commands.speculation import add_speculation_arguments, speculative_settings
+from ggufspec.commands.speculation_args import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
 
 

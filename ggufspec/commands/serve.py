@@ -38,7 +38,7 @@ import socket
 import sys
 
 from ggufspec.commands import add_draft_kv_argument, add_model_arguments, add_rpc_argument
-from ggufspec.commands.speculation import add_speculation_arguments, speculative_settings
+from ggufspec.commands.speculation_args import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
 
 

@@ -81,7 +81,7 @@ class ChatSettings:
     min_p: float = 0.0
     seed: int | None = None
     verbose: bool = False
-    # the speculation flags (ggufspec.commands.speculation), changed live by /k and /accept
+    # the speculation flags (ggufspec.commands.speculation_args), changed live by /k and /accept
     speculative: SpeculativeSettings = field(default_factory=SpeculativeSettings)
 
     def __post_init__(self) -> None:

@@ -1,9 +1,12 @@
 """The draft/verify loop (pure but for the `Target` and `Drafter` a caller hands it).
 
   engine      one generation: prefill, rounds, emitted steps (`generate`)
-  runner      one round played: plan, draft, check, extension, verify, accept (`RoundRunner`)
+  round_runner one round played: plan, draft, check, extension, verify, accept (`RoundRunner`)
   rounds      a round as records: `Candidate`, `Choice` (the plan), `Round` (what happened), `Source`
-  control     which drafter and how many tokens each round (`DraftController`)
+  control     which drafter and how many tokens each round (`DraftController`), built on
+              costmodel (a, V(K), D(K), T(K), the best K), throughput (realized rates, accept
+              curves), catchup (what a draft model's backlog costs), exploration (retries,
+              opening, spacing) and controlsettings (`ControlSettings`)
   estimates   the controller's running estimates: timing samples, acceptance counts, rates
   drafters    who proposes: a draft model, prompt lookup (the `Drafter` protocol)
   speculation the speculation settings (`DraftLengthSettings`, `SpeculativeSettings`) and their builders

@@ -1,6 +1,6 @@
 """One generation: the prompt's prefill, then rounds until a stop; without a drafter, the target alone.
 
-Each round is played by ggufspec.loop.runner (plan, draft, verify, accept); its `Round` record
+Each round is played by ggufspec.loop.round_runner (plan, draft, verify, accept); its `Round` record
 goes once to the controller and once to the generation's tally. The target alone is the same
 loop with K = 0, so both paths share every line of code but drafting.
 """
@@ -16,7 +16,7 @@ from ggufspec.loop.acceptance import AcceptRule
 from ggufspec.loop.control import DraftController
 from ggufspec.loop.drafters import Drafter, common_prefix
 from ggufspec.loop.rounds import Source
-from ggufspec.loop.runner import Emitted, RoundRunner, pick
+from ggufspec.loop.round_runner import Emitted, RoundRunner, pick
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import SpeculativeSettings
 from ggufspec.loop.stats import RoundTally, RunStats

@@ -1,7 +1,7 @@
 """A round as records: what the controller may pick, what it chose, and what happened (pure).
 
 One round: the controller gets the `Candidate`s and returns a `Choice` (its plan of the round);
-the round runs (ggufspec.loop.runner); the `Round` record of what happened goes once to the
+the round runs (ggufspec.loop.round_runner); the `Round` record of what happened goes once to the
 controller (`DraftController.observe`) and once to the generation's tally (ggufspec.loop.stats).
 """
 
@@ -57,7 +57,7 @@ class Choice:
     check: str | None = None
     check_len: int = 0
     # how much of a free drafter's continuation a model's full proposal takes, priced with the
-    # estimates this plan was made with; None: no extension this round (ggufspec.loop.runner)
+    # estimates this plan was made with; None: no extension this round (ggufspec.loop.round_runner)
     extend: Extension | None = field(default=None, compare=False, repr=False)
 
 

@@ -9,7 +9,7 @@ or draft_max with --fixed); K only in the maths.
 
 Every caller builds these through one of the builders here (pure: no argparse, no HTTP):
 
-    SpeculativeSettings.from_options(...)    the command-line flags (ggufspec.commands.speculation
+    SpeculativeSettings.from_options(...)    the command-line flags (ggufspec.commands.speculation_args
                                              parses argv and calls it: run, chat, serve, bench)
     SpeculativeSettings.from_request(...)    a server request's fields over the server's own
     SpeculativeSettings.after_slash(...)     a console command (/k N|auto, /accept RULE)
