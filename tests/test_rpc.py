@@ -26,8 +26,12 @@ from ggufspec.rpc import Endpoint, hello, parse_endpoints
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def _env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
+
+
+# the frozen-worker tests' stall watchdog (ggufspec.llama.stall): 5 s instead of the default 20 s
+STALL_S = 5
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -190,6 +194,12 @@ def test_worker_killed_mid_generation_exits_2_within_30s(tiny_target: Path) -> N
     assert len(err.strip().splitlines()) == 1
 
 
+def test_the_stall_watchdog_waits_20_s_unless_the_tests_say_less() -> None:
+    from ggufspec.llama import stall
+
+    assert stall.STALL_TIMEOUT_S == 20.0  # what users get (the tests below run with STALL_S)
+
+
 def test_worker_frozen_mid_generation_exits_2_within_30s(workers: str, tiny_target: Path) -> None:
     """`kill -STOP` of one of two workers mid-generation: the kernel keeps its connection open and
     acknowledges what is sent, so nothing fails on its own (run hung for 100-300 s, issue 42); the
@@ -200,7 +210,8 @@ def test_worker_frozen_mid_generation_exits_2_within_30s(workers: str, tiny_targ
         run = subprocess.Popen([sys.executable, "-m", "ggufspec.cli", "run", "--target",
                                 str(tiny_target), "--draft", "none", "--rpc", endpoints, "--ngl", "all", "-p",
                                 "Once upon a time", "-n", "3000", "--threads", "1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=_env(GGUFSPEC_RPC_STALL_S=str(STALL_S)))
         assert run.stdout is not None
         run.stdout.read(1)  # generating (3000 tokens: it runs for a while yet)
         os.kill(frozen[0].pid, signal.SIGSTOP)
@@ -217,13 +228,13 @@ def test_worker_frozen_mid_generation_exits_2_within_30s(workers: str, tiny_targ
         frozen[0].kill()
         frozen[0].wait()
     assert run.returncode == 2, (out, err)
-    assert err.strip() == (f"error: RPC worker {frozen[1]} did not answer for 20 s (frozen, stopped or unreachable); "
+    assert err.strip() == (f"error: RPC worker {frozen[1]} did not answer for {STALL_S} s (frozen, stopped or unreachable); "
                            "restart it (`ggufspec rpc-server`) and run again")
     assert waited < 30
 
 
 @contextlib.contextmanager
-def _serving(target: Path, draft: Path, endpoints: str, log: Path):
+def _serving(target: Path, draft: Path, endpoints: str, log: Path, **env: str):
     """`ggufspec serve --rpc endpoints` on a free port; yields its URL once /health answers, and
     checks that it stops within 30 s of SIGTERM."""
     import httpx
@@ -231,7 +242,7 @@ def _serving(target: Path, draft: Path, endpoints: str, log: Path):
     with log.open("wb") as out:
         srv = subprocess.Popen([sys.executable, "-m", "ggufspec.cli", "serve", "--target", str(target), "--draft",
                                 str(draft), "--rpc", endpoints, "--host", "127.0.0.1", "--port", "0", "--threads", "1",
-                                "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=_env())
+                                "--log-level", "warning"], stdout=out, stderr=subprocess.STDOUT, env=_env(**env))
     try:
         url = None
         for _ in range(1200):  # the port line, then /health
@@ -287,7 +298,8 @@ def test_server_reports_a_frozen_worker_within_30s(tiny_target: Path, tiny_draft
 
     worker, endpoint = _start_worker()
     try:
-        with _serving(tiny_target, tiny_draft, endpoint, tmp_path / "serve.log") as url:
+        with _serving(tiny_target, tiny_draft, endpoint, tmp_path / "serve.log",
+                      GGUFSPEC_RPC_STALL_S=str(STALL_S)) as url:
             body = {"prompt": "Once upon a time", "max_tokens": 3000, "temperature": 0, "stream": True}
             with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=60) as r:
                 lines = r.iter_lines()
@@ -302,7 +314,7 @@ def test_server_reports_a_frozen_worker_within_30s(tiny_target: Path, tiny_draft
             assert tail[1] == "data: [DONE]"
             health = httpx.get(f"{url}/health", timeout=5)
             assert health.status_code == 503 and health.json()["status"] == "unavailable"
-            assert f"RPC worker {endpoint} did not answer for 20 s" in health.json()["reason"]
+            assert f"RPC worker {endpoint} did not answer for {STALL_S} s" in health.json()["reason"]
             again = httpx.post(f"{url}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
             assert again.status_code == 503 and again.json()["error"]["code"] == "device_lost"
     finally:

@@ -39,9 +39,13 @@ _thread: threading.Thread | None = None
 _stalled: str | None = None  # the reason, once the watchdog cut the connections
 
 
-def arm(endpoints: tuple[Endpoint, ...], *, timeout_s: float = STALL_TIMEOUT_S) -> None:
-    """Watch decodes against `endpoints` from now on (idempotent; later calls add workers)."""
+def arm(endpoints: tuple[Endpoint, ...], *, timeout_s: float | None = None) -> None:
+    """Watch decodes against `endpoints` from now on (idempotent; later calls add workers).
+    `timeout_s`: default `STALL_TIMEOUT_S`, or GGUFSPEC_RPC_STALL_S (a test-only hook: the frozen
+    worker tests wait seconds, not 20)."""
     global _endpoints, _thread
+    if timeout_s is None:
+        timeout_s = float(os.environ.get("GGUFSPEC_RPC_STALL_S") or STALL_TIMEOUT_S)
     with _lock:
         _endpoints = tuple(dict.fromkeys(_endpoints + endpoints))
         if _thread is None:
