@@ -200,6 +200,20 @@ def test_the_stall_watchdog_waits_20_s_unless_the_tests_say_less() -> None:
     assert stall.STALL_TIMEOUT_S == 20.0  # what users get (the tests below run with STALL_S)
 
 
+def test_the_stall_limit_from_the_environment_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ggufspec.errors import UserError
+    from ggufspec.llama import stall
+
+    monkeypatch.delenv("GGUFSPEC_RPC_STALL_S", raising=False)
+    assert stall.stall_timeout_s() == stall.STALL_TIMEOUT_S
+    monkeypatch.setenv("GGUFSPEC_RPC_STALL_S", "2.5")
+    assert stall.stall_timeout_s() == 2.5
+    for bad in ("soon", "0", "-3", "nan"):
+        monkeypatch.setenv("GGUFSPEC_RPC_STALL_S", bad)
+        with pytest.raises(UserError, match="GGUFSPEC_RPC_STALL_S must be a number of seconds > 0"):
+            stall.stall_timeout_s()
+
+
 def test_worker_frozen_mid_generation_exits_2_within_30s(workers: str, tiny_target: Path) -> None:
     """`kill -STOP` of one of two workers mid-generation: the kernel keeps its connection open and
     acknowledges what is sent, so nothing fails on its own (run hung for 100-300 s, issue 42); the

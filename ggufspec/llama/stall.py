@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Iterator
 
+from ggufspec.errors import UserError
 from ggufspec.rpc import Endpoint
 
 STALL_TIMEOUT_S = 20.0  # a decode with no byte from any worker for this long: a worker is frozen
@@ -39,13 +40,28 @@ _thread: threading.Thread | None = None
 _stalled: str | None = None  # the reason, once the watchdog cut the connections
 
 
+def stall_timeout_s() -> float:
+    """Seconds a decode may wait on a silent RPC worker: `STALL_TIMEOUT_S`, or GGUFSPEC_RPC_STALL_S."""
+    text = os.environ.get("GGUFSPEC_RPC_STALL_S")
+    if not text:
+        return STALL_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise UserError(f"GGUFSPEC_RPC_STALL_S must be a number of seconds > 0, got {text!r}; unset it for "
+                        f"the default {STALL_TIMEOUT_S:g} s")
+    return value
+
+
 def arm(endpoints: tuple[Endpoint, ...], *, timeout_s: float | None = None) -> None:
     """Watch decodes against `endpoints` from now on (idempotent; later calls add workers).
     `timeout_s`: default `STALL_TIMEOUT_S`, or GGUFSPEC_RPC_STALL_S (a test-only hook: the frozen
     worker tests wait seconds, not 20)."""
     global _endpoints, _thread
     if timeout_s is None:
-        timeout_s = float(os.environ.get("GGUFSPEC_RPC_STALL_S") or STALL_TIMEOUT_S)
+        timeout_s = stall_timeout_s()
     with _lock:
         _endpoints = tuple(dict.fromkeys(_endpoints + endpoints))
         if _thread is None:
