@@ -177,7 +177,8 @@ def test_completion_greedy_equals_target_alone(client, reference, prompt: str) -
 
 def test_controlled_request_pauses_a_draft_that_does_not_pay(client, reference) -> None:
     # always_draft false: the controller measures the tiny draft (as slow as its target) and runs
-    # the target alone but for a few short tries; the output is still the target's own
+    # the target alone but for a few short tries (none once earlier requests measured it: a draft
+    # that cannot pay even fully accepted is retried every 128 rounds); the output is the target's
     want, _ = reference(prompt=PROMPTS[0], max_tokens=48)
     resp = client.completions.create(
         model="any", prompt=PROMPTS[0], max_tokens=48, temperature=0, extra_body={"always_draft": False}
@@ -187,7 +188,7 @@ def test_controlled_request_pauses_a_draft_that_does_not_pay(client, reference) 
     assert spec["paused_rounds"] > 0
     assert spec["drafted"] <= 3 * 4  # at most a few short tries
     # where the rounds went, as `--json` reports them
-    assert sum(spec["drafter_rounds"].values()) == sum(spec["k_hist"].values()) > spec["drafter_rounds"].get("none", 0) > 0
+    assert sum(spec["drafter_rounds"].values()) == sum(spec["k_hist"].values()) >= spec["drafter_rounds"].get("none", 0) > 0
     assert spec["drafted"] == sum(int(k) * n for k, n in spec["k_hist"].items())
 
 
