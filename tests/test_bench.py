@@ -430,3 +430,24 @@ def test_a_lockstep_lane_is_warmed_before_its_first_measured_generation(
         assert first == ours.start(cfg, prompt, 0, fork=True).run().tokens  # warm or not, the same output
     finally:
         ours.pair.close()
+
+
+def test_bench_runs_a_target_with_no_chat_template_on_plain_text(
+        tmp_path: Path, tiny_target_q8: Path, tiny_draft_q8: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a base model (the gemma regime's Gemma 3 270M has no template): each prompt's messages as
+    # plain text, as a user would pass them with -p, not a "no chat template" error mid-grid
+    from ggufspec.bench.ours import plain_text
+    from ggufspec.llama.model import Model
+
+    monkeypatch.setattr(Model, "chat_template", lambda self: None)
+    prompts = bench.load_prompts(_tiny_prompts(tmp_path))
+    assert plain_text(prompts[1]) == prompts[1].messages[0]["content"]
+    plan = bench.make_plan(
+        prompts=prompts, target=str(tiny_target_q8), drafts=[bench.DraftSpec(label="q8", ref=str(tiny_draft_q8))],
+        sweep_draft_lens=(2,), speculative=SpeculativeSettings.from_options(draft_max=4), temperature=0.8,
+        repeats=1, max_tokens=8, n_ctx=512, n_threads=1, native=False, native_draft_lens=(2,), llama_cpp_peer=False,
+        llama_bench=False, microbench=False, sweep_all_drafts=False, lockstep=True,
+    )
+    result = bench.run_bench(plan)
+    assert all(r.error is None for r in result.runs), [r.error for r in result.runs if r.error]
+    assert result.summary["identical_greedy"] == 1.0

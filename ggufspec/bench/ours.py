@@ -42,8 +42,11 @@ class Ours:
                                        for d in plan.drafts if d.ref != LOOKUP}
         self.tokens: dict[str, list[int]] = {}
         self.texts: dict[str, str] = {}
+        # a target with no chat template (a base model: the gemma regime's Gemma 3 270M) gets each
+        # prompt's messages as plain text, one after the other, as a user would pass them with -p
+        self.chat = bool(self.pair.target_model.chat_template())
         for p in plan.prompts:
-            toks = self.pair.encode(messages=p.messages)
+            toks = self.pair.encode(messages=p.messages) if self.chat else self.pair.encode(prompt=plain_text(p))
             if len(toks) + plan.max_tokens + 16 > plan.n_ctx:
                 raise UserError(
                     f"prompt {p.id!r} is {len(toks)} tokens: with {plan.max_tokens} new ones it does not fit "
@@ -53,8 +56,11 @@ class Ours:
             self.texts[p.id] = self.prompt_text(p)
 
     def prompt_text(self, p: BenchPrompt) -> str:
-        """The prompt as text, rendered with the target's chat template (for the native peer)."""
+        """The prompt as text, rendered with the target's chat template (for the native peer); the
+        messages as plain text where the target has none."""
         m = self.pair.target_model
+        if not self.chat:
+            return plain_text(p)
         return render_chat(
             template=m.chat_template(), messages=p.messages,
             bos_token=m.special_text(m.bos), eos_token=m.special_text(m.eos),
@@ -131,6 +137,11 @@ class Ours:
 
     def close(self) -> None:
         self.pair.close()  # and the drafters it loaded
+
+
+def plain_text(p: BenchPrompt) -> str:
+    """A prompt's messages as plain text (a model with no chat template): their contents, a blank line apart."""
+    return "\n\n".join(m["content"] for m in p.messages)
 
 
 def rejections(gen) -> int:
