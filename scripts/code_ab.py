@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import random
 import statistics as st
 import subprocess
 import sys
@@ -63,6 +61,7 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(args.b))
     from ggufspec.bench.prompts import load_prompts
+    from ggufspec.bench.spread import geomean_interval
 
     jobs, sets = [], {}
     for name in ("tuned", "heldout"):
@@ -82,13 +81,11 @@ def main() -> None:
                 tokens[side].setdefault(r["id"], []).append(r["tokens"])
             print(f"pass {i + 1} {side.upper()}: median {st.median(r['tps'] for r in res['runs']):.1f} tok/s", flush=True)
     identical = all(t == tokens["a"][pid][0] for pid in tokens["a"] for side in "ab" for t in tokens[side][pid])
-    gm = lambda v: math.exp(st.mean(math.log(x) for x in v))  # noqa: E731
     rows = {}
     for name in ("tuned", "heldout", "all"):
         pids = [p for p in sets if name == "all" or sets[p] == name]
         ratios = [st.median(tps["b"][p]) / st.median(tps["a"][p]) for p in pids]
-        boot = sorted(gm(random.Random(s).choices(ratios, k=len(ratios))) for s in range(2000))
-        rows[name] = (gm(ratios), boot[100], boot[1899], len(pids))
+        rows[name] = (*geomean_interval(ratios), len(pids))
         print(f"{name:8s} B/A {rows[name][0]:.3f} [{rows[name][1]:.3f}-{rows[name][2]:.3f}] over {len(pids)} prompts")
     print(f"greedy outputs identical across checkouts and passes: {identical}")
     if args.out:

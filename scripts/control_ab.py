@@ -22,25 +22,24 @@ Measured:
 """
 import collections
 import json
-import math
-import random
 import statistics as st
 import sys
 import time
 
 
 def report(path: str) -> None:
+    from ggufspec.bench.spread import geomean_interval
+
     d = json.load(open(path)); res, cat = d["res"], d["cat"]
     def sp(a, pid): return st.median(res[f"{a}|{pid}"]) / st.median(res[f"alone|{pid}"])
-    gm = lambda v: math.exp(st.mean(math.log(x) for x in v))
     for c in sorted(set(cat.values())) + ["all"]:
         pids = [p for p in cat if c == "all" or cat[p] == c]
         med = {a: st.median(sp(a, p) for p in pids) for a in ("K8", "old", "new")}
         xs = [n / o for p in pids for n, o in zip(res[f"new|{p}"], res[f"old|{p}"])]
-        b = sorted(gm(random.Random(s).choices(xs, k=len(xs))) for s in range(2000))
+        g, lo, hi = geomean_interval(xs)
         print(f"{c:10s} " + " ".join(f"{a}={v:.3f}" for a, v in med.items())
               + f"  old/K8 {med['old'] / med['K8']:.3f} new/K8 {med['new'] / med['K8']:.3f}"
-              + f"  new/old per run {gm(xs):.3f} [{b[100]:.3f}-{b[1900]:.3f}]")
+              + f"  new/old per run {g:.3f} [{lo:.3f}-{hi:.3f}]")
 
 
 def _settings(pairs: list[str]):

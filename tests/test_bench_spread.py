@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ggufspec.bench.spread import ratio_interval
+from ggufspec.bench.spread import geomean_interval, ratio_interval
 
 
 def _samples(rng: np.random.Generator, *, prompts: int, repeats: int, speedups: dict[str, float], noise: float) -> dict:
@@ -91,3 +92,12 @@ def test_paired_draws_cancel_the_noise_a_lockstep_block_shares() -> None:
     assert hi_u - lo_u > max(0.05, 5 * (hi - lo))
     s["K=8"]["p0"][1] = 0.0  # repeat 1 of p0 failed for a rival: p0's draws use repeat 0 alone
     assert ratio_interval(s, **kw, paired=True) is not None
+
+
+def test_geomean_interval_of_paired_ratios() -> None:
+    assert geomean_interval([1.1] * 6) == pytest.approx((1.1, 1.1, 1.1))
+    ratios = [0.9, 1.0, 1.05, 1.1, 1.2, 0.95, 1.02]
+    g, lo, hi = geomean_interval(ratios)
+    assert g == pytest.approx(math.exp(sum(math.log(r) for r in ratios) / len(ratios)))
+    assert min(ratios) < lo < g < hi < max(ratios)
+    assert geomean_interval(ratios) == (g, lo, hi)  # seeded draws: the same ratios, the same interval

@@ -83,3 +83,17 @@ def ratio_interval(
     ratio = speedup(default) / np.maximum(1.0, np.max([speedup(r) for r in rivals], axis=0) if rivals else 1.0)
     lo, hi = np.quantile(ratio, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
+
+
+def geomean_interval(ratios: Sequence[float], *, draws: int = 2000) -> tuple[float, float, float]:
+    """(geometric mean of `ratios`, its 90% bootstrap interval): the paired A/B scripts' figure
+    (`scripts/code_ab.py`, `scripts/control_ab.py`), the ratios resampled with replacement, draw s
+    seeded with s (the same ratios give the same interval). Where `ratio_interval` resamples a
+    bench's repeats, this resamples the paired ratios themselves (prompts, or runs)."""
+    def gm(v: Sequence[float]) -> float:
+        return float(np.exp(np.mean(np.log(v))))
+
+    import random
+
+    boot = sorted(gm(random.Random(s).choices(list(ratios), k=len(ratios))) for s in range(draws))
+    return gm(ratios), boot[draws // 20], boot[draws - draws // 20 - 1]
