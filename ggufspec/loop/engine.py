@@ -184,8 +184,9 @@ def _steps(
             for tok, src, who in pending:
                 history.append(tok)
                 generated += 1
-                text, hit = stop_text.push(detok.push(tok)) if not target.model.is_eog(tok) else ("", False)
-                end = ("eog" if target.model.is_eog(tok) else "stop" if hit else "length" if generated >= max_tokens
+                eog = target.model.is_eog(tok)
+                text, hit = ("", False) if eog else stop_text.push(detok.push(tok))
+                end = ("eog" if eog else "stop" if hit else "length" if generated >= max_tokens
                        else "context" if len(history) >= target.n_ctx else None)
                 if end is None:
                     yield Step(tok, src, text, tally.rounds, who, kd)
