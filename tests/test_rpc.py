@@ -250,7 +250,8 @@ def test_worker_frozen_mid_generation_exits_2_within_30s(workers: str, tiny_targ
 @contextlib.contextmanager
 def _serving(target: Path, draft: Path, endpoints: str, log: Path, **env: str):
     """`ggufspec serve --rpc endpoints` on a free port; yields its URL once /health answers, and
-    checks that it stops within 30 s of SIGTERM."""
+    checks that it stops within 5 s of SIGTERM (a lost worker's stuck thread is not waited for:
+    that held SIGTERM for 10 s)."""
     import httpx
 
     with log.open("wb") as out:
@@ -276,11 +277,11 @@ def _serving(target: Path, draft: Path, endpoints: str, log: Path, **env: str):
     finally:
         srv.terminate()
         try:
-            srv.wait(timeout=30)
+            srv.wait(timeout=5)
         except subprocess.TimeoutExpired:
             srv.kill()
             srv.wait()
-            pytest.fail("the server did not stop within 30 s of SIGTERM after losing its worker")
+            pytest.fail("the server did not stop within 5 s of SIGTERM after losing its worker")
 
 
 def test_server_survives_a_dead_worker(tiny_target: Path, tiny_draft: Path, tmp_path: Path) -> None:

@@ -96,8 +96,10 @@ class SlotWorker:
             job.emit("error", shutting_down())
 
     def stop(self, timeout: float = 10.0) -> None:
-        """`halt`, then join the threads."""
+        """`halt`, then join the threads; not when the pair is lost (`Worker.stop`)."""
         self.halt()
+        if self.lost is not None:
+            return
         deadline = time.monotonic() + timeout
         for t in self._threads:
             if t.is_alive():

@@ -127,9 +127,10 @@ class Worker:
             job.emit("error", shutting_down())
 
     def stop(self, timeout: float = 10.0) -> None:
-        """`halt`, then join the thread."""
+        """`halt`, then join the thread; not when the pair is lost: that thread is stuck in
+        llama.cpp for good, and waiting for it held a SIGTERM for the whole timeout."""
         self.halt()
-        if self._thread.is_alive():
+        if self._thread.is_alive() and self.lost is None:
             self._thread.join(timeout)
 
     def submit(self, job: Job) -> None:
