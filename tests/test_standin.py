@@ -13,6 +13,7 @@ import pytest
 from tiny_models import read_gguf_kv
 
 from ggufspec.errors import UserError
+from ggufspec.ggufinfo import read_model_info
 from ggufspec.llama.context import Context
 from ggufspec.llama.model import Model
 from ggufspec.models.standin import STANDINS, widen
@@ -47,10 +48,8 @@ def test_widened_model_gives_bit_identical_logits(fixture: str, request: pytest.
     wide = read_gguf_kv(dst)
     assert int(wide["llama.block_count"].value) == layers + 3
     assert int(wide["llama.feed_forward_length"].value) == ff * 4
-    import gguf
-
-    shapes = {t.name: [int(n) for n in t.shape] for t in gguf.GGUFReader(dst).tensors}
-    base = {t.name: [int(n) for n in t.shape] for t in gguf.GGUFReader(src).tensors}
+    shapes = {t.name: list(t.shape) for t in read_model_info(dst).tensors}
+    base = {t.name: list(t.shape) for t in read_model_info(src).tensors}
     assert shapes[f"blk.{layers + 2}.ffn_down.weight"] == [ff * 4, base["blk.0.ffn_down.weight"][1]]
     assert shapes["blk.0.ffn_up.weight"] == [base["blk.0.ffn_up.weight"][0], ff * 4]
     assert len(shapes) == len(base) + 3 * sum(n.startswith("blk.0.") for n in base)
