@@ -46,7 +46,13 @@ RAW = [
     "Dear Sir or Madam, I am writing to",
     "In conclusion, the results show that",
 ]
-CONFIGS = [(d, k, a) for d in ("model", "lookup") for k in (1, 2, 4, 8) for a in (True, False)]
+# (drafter, draft_max, adaptive): each drafter fixed at a short and a long length (verify batches
+# of 2, 3, 5 and 9 rows) and adaptive at the cap (a mix of widths the controller chose). The grid
+# ran 16 configs (lengths 1, 2, 4, 8, each fixed and adaptive, for both drafters): 53 s of the
+# suite for no path these six do not take; every length against every acceptance pattern is the
+# fakes' job (below), a batch's rows equal to one-row decodes tests/test_kernels.py's.
+CONFIGS = [("model", 1, False), ("model", 4, False), ("model", 8, True),
+           ("lookup", 2, False), ("lookup", 8, False), ("lookup", 8, True)]
 # The real-model grid runs every config on 4 prompts, one per path the claim needs (measured on
 # this pair): a chat reply that ends on <|im_end|> after 8 tokens, one that ends on it after 13
 # with lookup drafts kept up to the end, a chat reply that runs to max_tokens (the model's drafts
