@@ -30,8 +30,9 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
 
 
-# the frozen-worker tests' stall watchdog (ggufspec.llama.stall): 5 s instead of the default 20 s
-STALL_S = 5
+# the frozen-worker tests' stall watchdog (ggufspec.llama.stall): 3 s instead of the default 20 s (a tiny
+# model's call to a worker on 127.0.0.1 answers in milliseconds)
+STALL_S = 3
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
