@@ -824,3 +824,36 @@ def test_a_draft_that_cannot_pay_even_fully_accepted_is_left_and_rarely_retried(
     ctrl = DraftController()
     choices, _ = simulate(ctrl, 300, a=a, drafters={"m": Sim(b=0.2 * a, alpha=0.9)}, rng=np.random.default_rng(0))
     assert share(choices[100:], "m") > 0.8
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_clear_choice_of_the_target_alone_holds_without_re_estimating(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # where every K loses clearly, most rounds reuse the last choice (rule `hold`) instead of
+    # pricing every source again, and the retries still come: the choices are the re-estimating
+    # controller's until a retry that it ran, which the held one runs within `hold` rounds (a hold
+    # ends before a retry falls due at the interval it saw; one that a changed interval brings
+    # forward waits for its end), and no two retries are further apart than retry x spacing + hold
+    def run(hold: int) -> tuple[list, int]:
+        ctrl = DraftController(settings=ControlSettings(hold=hold))
+        priced = 0
+        best_len = ctrl.best_len
+
+        def counted(*args, **kwargs):
+            nonlocal priced
+            priced += 1
+            return best_len(*args, **kwargs)
+
+        monkeypatch.setattr(ctrl, "best_len", counted)
+        bad = Sim(b=0.012, alpha=0.5)  # 0.7x at its best K: a clear loss
+        choices, _ = simulate(ctrl, 400, a=0.010, drafters={"m": bad}, rng=np.random.default_rng(seed))
+        return [(c.drafter, c.draft_len) for c in choices], priced
+
+    held, priced_held = run(8)
+    every, priced_every = run(0)
+    first = next((i for i, (x, y) in enumerate(zip(held, every)) if x != y), None)
+    drafted = [i for i, (d, _) in enumerate(held) if d is not None]
+    if first is not None:
+        assert every[first][0] == "m" and any(first < j <= first + 8 for j in drafted), (first, drafted)
+    st = ControlSettings()
+    assert max(b - a for a, b in zip(drafted, drafted[1:])) <= st.retry * st.spacing + 8, drafted
+    assert priced_held < 0.5 * priced_every, (priced_held, priced_every)

@@ -41,6 +41,8 @@ class ControlSettings:
     check_rounds: int = 3  # a free drafter's grade is checked (`check`) until a generation judged this many of it
     spacing: float = 4.0  # the most `retry` intervals between two retries of the target alone (1: every `retry`)
     verify_prior_weight: float = PRIOR_WEIGHT  # each prior point of the verify line
+    hold: int = 8  # rounds a clear choice of the target alone stands without re-estimating (0: every round)
+    hold_margin: float = 0.1  # ... clear: the target alone's rate at least (1 + this) x every other source's
     # rule switches (off: the rule's absence)
     two_level: bool = True  # this generation's rate over the pooled one (off: the pooled rate alone)
     first_call: bool = True  # D(K) = f + (K - 1) b (off: K b, b = draft seconds / drafted)
@@ -57,6 +59,7 @@ class ControlSettings:
 
     def __post_init__(self) -> None:
         if (self.retry < 1 or self.window < 1 or self.spacing < 1 or self.opening < 0 or self.check_rounds < 0
+                or self.hold < 0 or self.hold_margin < 0
                 or not all(0 < x <= 1 for x in (self.decay, self.accept_decay, self.idle_decay))):
             raise ValueError(f"bad control settings: {self}")
 
