@@ -14,11 +14,7 @@ Each round `choose` picks:
 scored every round, chosen or not), and the source's realized rate with its seconds winsorized
 at `winsor` T(K) (rule `winsor`).
 
-Hold (`hold`): where the estimates chose the target alone by a clear margin (its rate at least
-1 + `hold_margin` times every other source's), that choice stands for up to `hold` rounds without
-re-estimating, while the draft models are the same, each free drafter's proposal is of a grade the
-target alone beat as clearly when last priced, and no retry falls due; a new generation or a
-recalibration ends it. Where nothing pays, re-estimating each round was most of our Python a round.
+Hold (`hold`, ggufspec.loop.hold): a clear choice stands a few rounds without pricing the sources.
 
 Check (`check_rounds`): a free drafter's proposal chosen while this generation judged fewer than
 `check_rounds` proposals of its grade runs only if the in-step draft model's first token agrees
@@ -35,30 +31,25 @@ Not-a-Bandit (arXiv 2510.20064): full information for a free drafter.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from ggufspec.loop.controlsettings import HORIZON, SYNCED, V0, V1, ControlSettings
 from ggufspec.loop.estimates import B_MODEL, Samples
-from ggufspec.loop.exploration import Exploration
+from ggufspec.loop.hold import Hold
 from ggufspec.loop.rounds import NONE, Candidate, Choice, Round
 
 __all__ = ["SYNCED", "ControlSettings", "DraftController"]
 
 
-class DraftController(Exploration):
+class DraftController(Hold):
     """Chooses each round's drafter and draft length; learns from `observe`. One per pair, kept
     across generations (its estimates are the machine's and the drafters', not one prompt's)."""
 
     def __init__(self, *, timed: bool = True, settings: ControlSettings = ControlSettings()) -> None:
         super().__init__(timed=timed, settings=settings)
-        self._recheck = False  # a is suspect: measure the target alone again
         self._last: str | None = None  # the source of the last round
         self._shared: set[str] = set()  # draft models that import the target's KV cache (last round's candidates)
-        # (last round it covers, the draft models it was chosen among, lo, allow_none, the target alone's rate)
-        self._hold: tuple[int, tuple, int, bool, float] | None = None
-        self._rated: dict[str, float] = {}  # each source's estimate when last priced (a free drafter's by grade)
 
     def choose(
         self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int = 0, allow_none: bool = True,
@@ -109,7 +100,7 @@ class DraftController(Exploration):
             if cap >= lo:
                 caps[c.name] = self._caps[c.name] = cap
         models = tuple(n for n in caps if n != NONE and not self._drafters[n].free)
-        if self._holds(caps, models, lo, allow_none):
+        if self._held(caps, models, lo, allow_none):
             return Choice(None, 0)
         self._hold = None
         options: dict[str, tuple[int, float | None]] = {}  # source -> (K, modelled rate)
@@ -156,13 +147,13 @@ class DraftController(Exploration):
                     and not self._drafters[self._last].free and self._last not in shared):
                 held[self._last] = max(held[self._last], self._pooled[self._last])
             name = max(options, key=lambda n: held[n])  # ties: the first drafter given, none last
-            if name == NONE:
-                self._hold_none(held, waits, (models, lo, allow_none))
             k = options[name][0]
             if (self.settings.k_probe and name != NONE and not self._drafters[name].free
                     and self.round - self._k_probe.get(name, 0) >= self.settings.retry):
                 self._k_probe[name] = self.round
                 k = self._retry_len(name, lo, caps[name], k, optimistic=True)
+            elif name == NONE:
+                self._hold_none(held, waits, models, lo, allow_none)
             return Choice(None if name == NONE else name, k)
         else:
             self._confirming = False
@@ -170,37 +161,6 @@ class DraftController(Exploration):
         self._probe = (lo, caps[oldest])
         k = options[oldest][0] if oldest == NONE else self._retry_len(oldest, lo, caps[oldest], options[oldest][0])
         return Choice(None if oldest == NONE else oldest, k, retry=True)
-
-    def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
-        self._hold = None  # a new prompt: its openings and candidates decide afresh
-        super().begin(prefilled=prefilled, prefill=prefill)
-
-    def _holds(self, caps: Mapping[str, int], models: tuple[str, ...], lo: int, allow_none: bool) -> bool:
-        """Does a hold of the target alone cover this round? The same draft models, and each free
-        drafter's proposal (by its grade) one whose last estimate the target alone beat clearly."""
-        h = self._hold
-        if h is None or self.round > h[0] or h[1:4] != (models, lo, allow_none) or self._recheck:
-            return False
-        bar = h[4] / (1.0 + self.settings.hold_margin)
-        return all(n == NONE or n in models or self._rated.get(n, math.inf) <= bar for n in caps)
-
-    def _hold_none(self, rates: dict[str, float], waits: dict[str, float], among: tuple) -> None:
-        """The estimates chose the target alone: hold that for up to `hold` rounds if it won clearly,
-        ending the round before any source's retry falls due (a wait w grows by w / (rounds since it
-        ran) a round)."""
-        st = self.settings
-        others = [r for n, r in rates.items() if n != NONE]
-        if st.hold <= 0 or not others or rates[NONE] < (1.0 + st.hold_margin) * max(others) or self._confirm:
-            return
-        rounds = st.hold
-        for n, w in waits.items():
-            last = self._source(n).last
-            if n == NONE or w <= 0.0 or last is None or self.round <= last:
-                continue
-            due_in = (1.0 - w) / (w / (self.round - last))  # rounds until it is due (ends the hold before)
-            rounds = min(rounds, math.ceil(due_in - 1e-9) - 1)
-        if rounds > 0:
-            self._hold = (self.round + rounds, *among, rates[NONE])
 
     def extend(self, name: str, *, draft_len: int, free: str, grade: int, match_len: int) -> int:
         """Tokens of free drafter `free`'s continuation (`grade`, `match_len` tokens) to append to

@@ -1,0 +1,76 @@
+"""Hold: a clear choice of the target alone stands for a few rounds without pricing the sources (pure).
+
+Rule `hold`: where the estimates chose the target alone by a clear margin, its rate R at least
+1 + `hold_margin` times every other source's, that choice stands for up to `hold` rounds, as long as
+- the draft models among the candidates are the same, `draft_min` and `allow_none` too;
+- each free drafter's proposal is of a grade whose estimate, when last priced, R beat as clearly
+  (a grade never priced ends the hold);
+- no retry falls due: the hold ends the round before the first one (a source's wait w grows by
+  w / (rounds since it ran) a round, `Exploration._wait`);
+and a new generation (`begin`) or a recalibration of a ends it. The estimates still learn from
+every round (`observe`); only the pricing is skipped. Where nothing pays, pricing every source
+every round was most of our Python a round (docs/bench/overhead.md). Holding a draft model's
+choice too was tried: a prompt on which its drafts are rejected must be left within a few
+rounds, and catch-ups priced every round, so it needed as many exceptions as it saved; not kept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ggufspec.loop.controlsettings import ControlSettings
+from ggufspec.loop.exploration import Exploration
+from ggufspec.loop.rounds import NONE
+
+
+@dataclass(frozen=True)
+class Held:
+    """The target alone stands, with rate `rate`, through round `until`, among the draft models
+    `models` with `lo` and `allow_none` as when chosen."""
+
+    until: int
+    models: tuple[str, ...]
+    lo: int
+    allow_none: bool
+    rate: float
+
+
+class Hold(Exploration):
+    """The exploration schedule with clear choices held (module docstring)."""
+
+    def __init__(self, *, timed: bool, settings: ControlSettings) -> None:
+        super().__init__(timed=timed, settings=settings)
+        self._recheck = False  # a is suspect: measure the target alone again (ends a hold)
+        self._hold: Held | None = None
+        self._rated: dict[str, float] = {}  # each source's estimate when last priced (a free drafter's by grade)
+
+    def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
+        self._hold = None  # a new prompt: its openings and candidates decide afresh
+        super().begin(prefilled=prefilled, prefill=prefill)
+
+    def _held(self, caps: Mapping[str, int], models: tuple[str, ...], lo: int, allow_none: bool) -> bool:
+        """Does a hold cover this round (module docstring)?"""
+        h = self._hold
+        if h is None or self.round > h.until or (h.models, h.lo, h.allow_none) != (models, lo, allow_none) or self._recheck:
+            return False
+        bar = h.rate / (1.0 + self.settings.hold_margin)
+        return all(n == NONE or n in models or self._rated.get(n, math.inf) <= bar for n in caps)
+
+    def _hold_none(self, rates: Mapping[str, float], waits: Mapping[str, float], models: tuple[str, ...], lo: int,
+                   allow_none: bool) -> None:
+        """The estimates chose the target alone: hold it if it won clearly (module docstring)."""
+        st = self.settings
+        others = [r for n, r in rates.items() if n != NONE]
+        if st.hold <= 0 or not others or rates[NONE] < (1.0 + st.hold_margin) * max(others) or self._confirm:
+            return
+        rounds = st.hold
+        for n, w in waits.items():
+            last = self._source(n).last
+            if n == NONE or w <= 0.0 or last is None or self.round <= last:
+                continue
+            due_in = (1.0 - w) / (w / (self.round - last))  # rounds until it is due (ends the hold before)
+            rounds = min(rounds, math.ceil(due_in - 1e-9) - 1)
+        if rounds > 0:
+            self._hold = Held(self.round + rounds, models, lo, allow_none, rates[NONE])
