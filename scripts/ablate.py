@@ -36,7 +36,7 @@ RULES = {  # rule -> the default with it off
     "opening": "default@opening=0", "optimistic retry K": "default@optimistic_retry=0", "K probe": "default@k_probe=0",
     "free: prompt counts": "default@free_prompt=0", "grades": "default@grades=0", "check": "default@check_rounds=0",
     "extension": "default:8:0:0", "recheck a": "default@recheck=0", "hopeless": "default@hopeless=0",
-    "hold": "default@hold=0",
+    "hold": "default@hold=0", "hopeless budget (off: every 128 rounds)": "default@hopeless_share=1",
 }
 
 

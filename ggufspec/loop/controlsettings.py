@@ -33,6 +33,7 @@ class ControlSettings:
     idle_decay: float = 0.99  # ... and of either per round of any source (half weight after 69 rounds)
     opening: int = 3  # rounds a draft model prefilled with a new prompt runs before the estimates decide
     explore_share: float = 0.05  # a prefill for exploration's sake when it is this share of the time since the model ran
+    hopeless_share: float = 0.01  # a hopeless model's retries cost at most this share of the time (rule `hopeless`)
     close: float = 0.9  # a draft model this close to the best estimate is prefilled with a new prompt
     window: int = 16  # timing samples whose median is an estimate
     prior_rounds: float = 2.0  # pseudo-rounds of the cost model in a source's throughput
@@ -59,7 +60,7 @@ class ControlSettings:
 
     def __post_init__(self) -> None:
         if (self.retry < 1 or self.window < 1 or self.spacing < 1 or self.opening < 0 or self.check_rounds < 0
-                or self.hold < 0 or self.hold_margin < 0
+                or self.hold < 0 or self.hold_margin < 0 or not 0 < self.hopeless_share <= 1
                 or not all(0 < x <= 1 for x in (self.decay, self.accept_decay, self.idle_decay))):
             raise ValueError(f"bad control settings: {self}")
 

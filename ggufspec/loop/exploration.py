@@ -6,7 +6,7 @@ can. Wait, in retry intervals (due at >= 1):
     w_s = (round - last_s) / (retry * x_s)
     x_none = min(spacing, max(1, (P_best / P_none)^2))     (rule `spacing`: the target alone)
     x_d = min(1, 4 n_d / retry)                           (rule `few_runs`: n_d rounds run)
-    x_d = spacing                                         (rule `hopeless`, below)
+    x_d = max(spacing, D_d(cap) / (hopeless_share a retry))   (rule `hopeless`, below)
 A free drafter is never retried (scored every round: full information). A retry of a draft model
 runs at the optimistic K (rule `optimistic_retry`: each c(j) at least alpha0), and once every
 `retry` rounds the model the estimates chose does too (rule `k_probe`).
@@ -19,7 +19,11 @@ lost clearly when last chosen: under `close` of the best).
 
 Hopeless (rule `hopeless`): a draft model whose ceiling max_K (K + 1) / T(K) at the measured
 costs does not beat the best other source is not opened nor prefilled, and is retried only every
-retry x spacing rounds.
+retry x spacing rounds, or more rarely where a retry costs more than `hopeless_share` of that
+time: every D_d(cap) / (hopeless_share a) rounds (a retry's draft, its first call with the cache
+import included, against the target alone's rounds between two retries). On the 2-core EPYC a
+retry of the shared-cache Q4_1 draft beside a Q8_0 target cost 16-40 ms against 9 ms target
+steps: every 128 rounds that was 1.5-3.5% of the time, where nothing pays.
 
 Prefill (`wants`): a draft model is prefilled with a new prompt when never run, the leader, within
 `close` of it, or due for a retry, and its expected gain pays for the prefill (ggufspec.loop.catchup);
@@ -77,8 +81,15 @@ class Exploration(CatchUp):
         if name == NONE:
             return (self.round - s.last) / (st.retry * self._spacing(NONE))
         if name in self._hopeless_now:
-            return (self.round - s.last) / (st.retry * st.spacing)
+            return (self.round - s.last) / self._hopeless_interval(name)
         return (self.round - s.last) / (min(st.retry, 4 * max(1, s.runs)) if st.few_runs else st.retry)
+
+    def _hopeless_interval(self, name: str) -> float:
+        """Rounds between two retries of hopeless draft model `name` (module docstring)."""
+        st = self.settings
+        a, d = self.base_s(), self.draft_cost_s(name, self._caps.get(name, 1))
+        budget = d / (st.hopeless_share * a) if a and d else 0.0
+        return max(st.retry * st.spacing, budget)
 
     def _spacing(self, name: str) -> float:
         """x_s = (P_best / P_s)^2 by the rates over all generations, within [1, `spacing`]."""
@@ -104,7 +115,7 @@ class Exploration(CatchUp):
         if s is None or s.last is None:
             return True
         if name in self._hopeless_now:  # no prefill for a model that cannot pay until its rare retry
-            return self.round - s.last >= self.settings.retry * self.settings.spacing
+            return self.round - s.last >= self._hopeless_interval(name)
         leader = name == self._leader
         due = self.round - s.last >= self.settings.retry
         best = max(self._rates.values(), default=0.0)
