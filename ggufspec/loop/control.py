@@ -31,7 +31,6 @@ Not-a-Bandit (arXiv 2510.20064): full information for a free drafter.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Sequence
 
@@ -81,11 +80,11 @@ class DraftController(Hold):
         judged = m.gen_drafted_at[0] if m is not None and m.gen_drafted_at else 0.0
         if judged >= self.settings.check_rounds:
             return None, 0
-        # not a model that cannot beat the target alone even fully accepted: each check is its
-        # call, the cache import included (the replay's H200 rows were 1.2-1.4% better without)
-        alone = self._rates.get(NONE, 0.0)
+        # not a model hopeless against the target alone: each check is its call, the cache import
+        # included (the replay's H200 rows were 1.2-1.4% better without)
+        alone = {NONE: self._rates.get(NONE, 0.0)}
         models = [c for c in drafters if not c.free and (c.kv_shared or c.backlog <= SYNCED)
-                  and not (self.settings.hopeless and (self.ceiling_rate(c.name, lo=lo, cap=draft_max) or math.inf) <= alone)]
+                  and not self._hopeless(c.name, alone, lo=lo, cap=draft_max)]
         if not models:
             return None, 0
         best = {c.name: self.best_len(c.name, lo=lo, cap=draft_max) for c in models}
@@ -159,7 +158,7 @@ class DraftController(Hold):
                 self._k_probe[name] = self.round
                 k = self._retry_len(name, lo, caps[name], k, optimistic=True)
             elif name == NONE:
-                self._hold_none(held, waits, models, lo, allow_none)
+                self._hold_none(held, models, lo, allow_none)
             return Choice(None if name == NONE else name, k)
         else:
             self._confirming = False

@@ -77,12 +77,16 @@ class Exploration(CatchUp):
             return 0.0
         if s.last is None:
             return math.inf
+        return (self.round - s.last) / self._interval(name)
+
+    def _interval(self, name: str) -> float:
+        """Rounds between two retries of source `name`, one that has run and is not free: retry x_s."""
         st = self.settings
         if name == NONE:
-            return (self.round - s.last) / (st.retry * self._spacing(NONE))
+            return st.retry * self._spacing(NONE)
         if name in self._hopeless_now:
-            return (self.round - s.last) / self._hopeless_interval(name)
-        return (self.round - s.last) / (min(st.retry, 4 * max(1, s.runs)) if st.few_runs else st.retry)
+            return self._hopeless_interval(name)
+        return min(st.retry, 4 * max(1, self._source(name).runs)) if st.few_runs else st.retry
 
     def _hopeless_interval(self, name: str) -> float:
         """Rounds between two retries of hopeless draft model `name` (module docstring)."""

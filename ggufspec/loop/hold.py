@@ -5,8 +5,8 @@ Rule `hold`: where the estimates chose the target alone by a clear margin, its r
 - the draft models among the candidates are the same, `draft_min` and `allow_none` too;
 - each free drafter's proposal is of a grade whose estimate, when last priced, R beat as clearly
   (a grade never priced ends the hold);
-- no retry falls due: the hold ends the round before the first one (a source's wait w grows by
-  w / (rounds since it ran) a round, `Exploration._wait`);
+- no retry falls due: the hold ends the round before the first one (a source is due its
+  `Exploration._interval` rounds after it last ran);
 and a new generation (`begin`) or a recalibration of a ends it. The estimates still learn from
 every round (`observe`); only the pricing is skipped. Where nothing pays, pricing every source
 every round was most of our Python a round (docs/bench/overhead.md). Holding a draft model's
@@ -58,19 +58,19 @@ class Hold(Exploration):
         bar = h.rate / (1.0 + self.settings.hold_margin)
         return all(n == NONE or n in models or self._rated.get(n, math.inf) <= bar for n in caps)
 
-    def _hold_none(self, rates: Mapping[str, float], waits: Mapping[str, float], models: tuple[str, ...], lo: int,
-                   allow_none: bool) -> None:
-        """The estimates chose the target alone: hold it if it won clearly (module docstring)."""
+    def _hold_none(self, rates: Mapping[str, float], models: tuple[str, ...], lo: int, allow_none: bool) -> None:
+        """The estimates chose the target alone among the sources of `rates`: hold it if it won
+        clearly (module docstring)."""
         st = self.settings
         others = [r for n, r in rates.items() if n != NONE]
         if st.hold <= 0 or not others or rates[NONE] < (1.0 + st.hold_margin) * max(others) or self._confirm:
             return
         rounds = st.hold
-        for n, w in waits.items():
+        for n in rates:
             last = self._source(n).last
-            if n == NONE or w <= 0.0 or last is None or self.round <= last:
-                continue
-            due_in = (1.0 - w) / (w / (self.round - last))  # rounds until it is due (ends the hold before)
+            if n == NONE or self._drafters[n].free or last is None:
+                continue  # (a free drafter is never retried)
+            due_in = last + self._interval(n) - self.round  # rounds until it is due (ends the hold before)
             rounds = min(rounds, math.ceil(due_in - 1e-9) - 1)
         if rounds > 0:
             self._hold = Held(self.round + rounds, models, lo, allow_none, rates[NONE])
