@@ -195,6 +195,14 @@ class SpeculativePair:
         """The pair's drafters as one line: "none", or their names joined by "+"."""
         return "+".join(d.name for d in self.drafters) or "none"
 
+    def gpu_layers(self, drafter: Drafter | None = None) -> int:
+        """llama.cpp's layer count off the CPU for the target (None) or a drafter the pair owns
+        (-1: all; 0 for lookup): what a peer must be given to run where this pair runs."""
+        if drafter is None:
+            return self.target_model.settings.n_gpu_layers
+        model = self._drafters[id(drafter)][2]
+        return 0 if model is None else model.settings.n_gpu_layers
+
     def load_drafter(self, ref: str | Path) -> Drafter:
         """Load a drafter for this target: a model reference (vocabulary checked, same context
         settings as the target) or "lookup". The pair owns and closes it."""

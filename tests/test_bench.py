@@ -106,8 +106,11 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert main(["bench", "--prompts", str(bad)]) == 2
     assert main(["bench", "--repeats", "0"]) == 2
     assert main(["bench", "--draft-quants", "Q9_9"]) == 2
+    assert main(["bench", "--ngl", "some"]) == 2
+    assert main(["bench", "--ngl", "4", "--sweep-ngl", "0,all"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 5 and all(line.startswith("error: ") for line in err)
+    assert len(err) == 7 and all(line.startswith("error: ") for line in err)
+    assert "--ngl takes a layer count" in err[5] and "drop --ngl" in err[6]
     assert "bad.jsonl:1" in err[2]
 
 
@@ -210,16 +213,24 @@ def test_bench_cli_writes_json_csv_markdown_plots(
         "bench", "--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "lookup",
         "--prompts", str(_tiny_prompts(tmp_path)), "--sweep-k", "1,2", "--draft-max", "3", "-n", "10",
         "--repeats", "1", "--temp", "0", "--threads", "1", "--ctx", "512", "--no-native", "--no-transformers",
-        "--out", str(out), "--json",
+        "--ngl", "all", "--ngld", "0", "--out", str(out), "--json",
     ])
     assert rc == 0
-    printed = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
     data = json.loads((out / "bench.json").read_text())
     assert printed["summary"]["speedup"] == data["summary"]["speedup"]
     s = data["summary"]
     assert isinstance(s["speedup"], float) and math.isfinite(s["speedup"]) and s["speedup"] > 0
     assert s["vs_native"] is None  # the native peer was not asked for
     assert data["machine"]["physical_cores"] >= 1 and data["machine"]["versions"]["llama_cpp"]
+    # --ngl / --ngld reach the loader as run's do (a CPU build says it runs everything on the CPU)
+    # and the record says where the models ran, which the llama-cpp-python peer is told too
+    assert "--ngl all ignored: this llama.cpp build has no GPU backend" in captured.err
+    offload = data["machine"]["offload"]
+    assert offload["target_gpu_layers"] == 0 and offload["draft_gpu_layers"] == {"tiny_draft.Q8_0": 0}
+    assert offload["target_layers"] >= 2 and offload["devices"][0]["name"] == "CPU"
+    assert "**Offload**: target on the CPU; draft tiny_draft.Q8_0 on the CPU." in (out / "bench.md").read_text()
     # the default drafts with both under the controller; each also alone, always drafting, at fixed K
     assert s["default_config"] == "tiny_draft.Q8_0+lookup K<=3"
     assert {c["name"] for c in s["configs"]} >= {

@@ -14,6 +14,7 @@ from ggufspec.errors import UserError
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import SpeculativeSettings
 from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET, cache_dir, parse_embedded, resolve_quant
+from ggufspec.settings import Layers
 
 BASELINE = "none"  # draft label of the target alone
 LOOKUP = "lookup"
@@ -70,6 +71,11 @@ class BenchPlan:
     n_ctx: int = 2048
     n_threads: int | None = None
     draft_kv: str = "auto"  # --draft-kv: draft models take the target's KV cache where they can
+    # --ngl / --ngld: where the target's and the drafts' layers go ("auto": the offload planner, as
+    # `run` does: every layer on a GPU that holds them, none on a machine without one); the peers
+    # get the counts ours were loaded with
+    n_gpu_layers: Layers = "auto"
+    n_gpu_layers_draft: Layers = "auto"
     seed: int = 1234
     quick: bool = False
     native_bin: Path | None = None
@@ -98,6 +104,8 @@ def make_plan(
     n_ctx: int = 2048,
     n_threads: int | None = None,
     draft_kv: str = "auto",
+    n_gpu_layers: Layers = "auto",
+    n_gpu_layers_draft: Layers = "auto",
     sweep_all_drafts: bool = True,
     fixed_vs_adaptive: bool = True,
     native: bool | Path | None = None,
@@ -213,7 +221,7 @@ def make_plan(
         target=target, target_label=draft_label(target), drafts=tuple(drafts), prompts=tuple(prompts),
         configs=tuple(configs), default_config=default_name, repeats=repeats, max_tokens=max_tokens,
         temperature=temperature, n_ctx=n_ctx, n_threads=n_threads, draft_kv=draft_kv, seed=seed, quick=quick,
-        speculative=speculative,
+        speculative=speculative, n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft,
         native_bin=native_bin, native_requested=bool(native), llama_bench=llama_bench and native_bin is not None,
         microbench=microbench, lockstep=lockstep,
     )

@@ -58,9 +58,14 @@ def _run_native(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+def _layers(n: int) -> str:
+    """llama.cpp's -ngl for a count ours was loaded with (-1: all; 999 is what its tools take for all)."""
+    return "999" if n < 0 else str(n)
+
+
 def run_native_speculative(
     *, bin_dir: Path, target: Path, draft: Path, prompt: str, k: int, n_predict: int, n_ctx: int, threads: int,
-    cache_type: str = "f16", repack: bool = True,
+    cache_type: str = "f16", repack: bool = True, ngl: int = 0, ngld: int = 0,
 ) -> dict:
     """One greedy llama-speculative-simple run; its own timing of the decode phase.
     `cache_type`: the target's KV cache type (ours, so both sides do the same work); the draft's is f16.
@@ -69,7 +74,7 @@ def run_native_speculative(
         str(bin_dir / "llama-speculative-simple"), "-m", str(target), "-md", str(draft),
         "-p", prompt, "-n", str(n_predict), "-c", str(n_ctx), "-t", str(threads), "-td", str(threads),
         "--temp", "0", "--top-k", "1", "-fa", "on", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
-        "--spec-draft-p-min", "0", "--spec-type", "draft-simple", "-ngl", "0",
+        "--spec-draft-p-min", "0", "--spec-type", "draft-simple", "-ngl", _layers(ngl), "-ngld", _layers(ngld),
         "-ctk", cache_type, "-ctv", cache_type, *(() if repack else ("--no-repack",)),
     ]
     proc = _run_native(cmd)
@@ -78,13 +83,13 @@ def run_native_speculative(
 
 def run_llama_bench(
     *, bin_dir: Path, model: Path, n_gen: int, depth: int, threads: int, reps: int = 3, cache_type: str = "f16",
-    repack: bool = True,
+    repack: bool = True, ngl: int = 0,
 ) -> dict:
     """llama-bench's generation tokens/s for the target alone (`-o json`), at a KV depth like ours,
     with our KV cache type and weight repacking."""
     cmd = [
         str(bin_dir / "llama-bench"), "-m", str(model), "-p", "0", "-n", str(n_gen), "-d", str(depth),
-        "-t", str(threads), "-fa", "1", "-r", str(reps), "-ngl", "0", "-o", "json",
+        "-t", str(threads), "-fa", "1", "-r", str(reps), "-ngl", _layers(ngl), "-o", "json",
         "-ctk", cache_type, "-ctv", cache_type, "--repack", "1" if repack else "0",
     ]
     rows = json.loads(_run_native(cmd).stdout)

@@ -29,7 +29,8 @@ class Ours:
         from ggufspec.runtime import load_pair
         self.plan = plan
         settings = PairSettings(context=ContextSettings(n_ctx=plan.n_ctx, n_threads=plan.n_threads),
-                                n_gpu_layers=0, n_gpu_layers_draft=0, draft_kv=plan.draft_kv)  # type: ignore[arg-type]
+                                n_gpu_layers=plan.n_gpu_layers, n_gpu_layers_draft=plan.n_gpu_layers_draft,
+                                draft_kv=plan.draft_kv)  # type: ignore[arg-type]
         self.pair = load_pair(target=plan.target, draft="none", settings=settings)
         # every drafter loaded once, owned by the pair
         self.drafters: dict[str, Any] = {d.label: self.pair.load_drafter(d.ref) for d in plan.drafts}
@@ -108,6 +109,14 @@ class Ours:
     def run(self, cfg: Config, prompt: BenchPrompt, seed: int):
         """One generation on the pair's contexts, run to its end."""
         return self.start(cfg, prompt, seed).run()
+
+    def offload(self) -> dict:
+        """Where the models run: llama.cpp's layer counts off the CPU (-1: all) and the devices."""
+        return {"target_gpu_layers": self.pair.gpu_layers(),
+                "target_layers": self.pair.target_model.n_layer + 1,  # blocks and the output layer
+                "draft_gpu_layers": {label: self.pair.gpu_layers(d) for label, d in self.drafters.items()
+                                     if label != LOOKUP},
+                "devices": [d.as_dict() for d in self.pair.devices]}
 
     def micro(self) -> dict:
         """c per draft model and the verify cost of K+1 rows, timed turn about on the first prompt."""

@@ -22,13 +22,13 @@ if TYPE_CHECKING:
 class LlamaCppPython:
     """llama-cpp-python's own high-level path: `Llama` alone and with prompt-lookup drafting."""
 
-    def __init__(self, plan: BenchPlan, target: Path, threads: int) -> None:
+    def __init__(self, plan: BenchPlan, target: Path, threads: int, *, n_gpu_layers: int = 0) -> None:
         import llama_cpp
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         common = dict(
             model_path=str(target), n_ctx=plan.n_ctx, n_batch=512, n_threads=threads, n_threads_batch=threads,
-            flash_attn=True, verbose=False, n_gpu_layers=0,
+            flash_attn=True, verbose=False, n_gpu_layers=n_gpu_layers,  # where ours runs (-1: all)
         )
         from ggufspec.llama.lib import high_level_repack
 

@@ -28,6 +28,7 @@ from ggufspec.bench.configs import LOOKUP, BenchPlan, DraftSpec, draft_label, ma
 from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.errors import UserError
 from ggufspec.models.embedded import DEFAULT_DRAFT, DEFAULT_TARGET
+from ggufspec.settings import Layers
 
 if TYPE_CHECKING:
     from ggufspec.loop.speculation import SpeculativeSettings
@@ -85,14 +86,16 @@ def unavailable(regime: Regime) -> str | None:
 
 def regime_plan(regime: Regime, *, prompts: Sequence[BenchPrompt], sweep_draft_lens: Sequence[int],
                 speculative: SpeculativeSettings | None = None,
-                repeats: int, max_tokens: int, n_ctx: int, n_threads: int | None, seed: int) -> BenchPlan:
+                repeats: int, max_tokens: int, n_ctx: int, n_threads: int | None, seed: int,
+                n_gpu_layers: Layers = "auto", n_gpu_layers_draft: Layers = "auto") -> BenchPlan:
     """The regime's bench: greedy, ours only, in lockstep (see the module docstring)."""
     drafts = tuple(DraftSpec(label=draft_label(ref), ref=ref) for ref in regime.drafts)
     return make_plan(prompts=prompts, target=regime.target, drafts=drafts, sweep_draft_lens=sweep_draft_lens,
                      speculative=speculative,
                      temperature=0.0, repeats=repeats, max_tokens=max_tokens, n_ctx=n_ctx, n_threads=n_threads,
                      sweep_all_drafts=False, native=False, llama_cpp_peer=False, transformers_peer=False,
-                     llama_bench=False, microbench=False, seed=seed, lockstep=True)
+                     llama_bench=False, microbench=False, seed=seed, lockstep=True,
+                     n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft)
 
 
 def regime_rows(regime: Regime, summary: Mapping[str, Any] | None, *, note: str | None = None) -> list[dict]:

@@ -121,7 +121,7 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
     engines_ok = set(needs)
     try:
         if "llama-cpp-python" in needs:
-            eng.lcp = LlamaCppPython(plan, ours.pair.target_path, threads)
+            eng.lcp = LlamaCppPython(plan, ours.pair.target_path, threads, n_gpu_layers=ours.pair.gpu_layers())
         if "transformers" in needs:
             why = transformers_available()
             if why is None:
@@ -150,6 +150,7 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
                 try:
                     row = run_llama_bench(bin_dir=plan.native_bin, model=ours.pair.target_path,
                                           n_gen=plan.max_tokens, depth=depth, threads=threads, reps=3,
+                                          ngl=ours.pair.gpu_layers(),
                                           cache_type=ours.pair.target_ctx.settings.cache_type_k, repack=_repack())
                     row["repeat"] = r
                     peers["llama_bench"].append(row)
@@ -179,6 +180,7 @@ def run_bench(plan: BenchPlan, *, progress: Progress | None = None) -> BenchResu
         summary = summarise(plan, runs, micro=micro, peers=peers)
         machine = machine_info(n_threads=threads)
         machine["load_start"] = load_start
+        machine["offload"] = ours.offload()
         return BenchResult(
             plan=plan, runs=runs, machine=machine, peers=peers, micro=micro,
             summary=summary, started=started, wall_s=time.perf_counter() - t_start,
@@ -244,6 +246,7 @@ def _run_one(eng: _Engines, cfg: Config, prompt: BenchPrompt, *, repeat: int, pr
             out = run_native_speculative(
                 bin_dir=plan.native_bin, target=ours.pair.target_path, draft=ours.paths[cfg.draft],
                 prompt=ours.texts[prompt.id], k=cfg.draft_max, n_predict=plan.max_tokens, n_ctx=plan.n_ctx, threads=eng.threads,
+                ngl=ours.pair.gpu_layers(), ngld=ours.pair.gpu_layers(ours.drafters[cfg.draft]),
                 cache_type=ours.pair.target_ctx.settings.cache_type_k, repack=_repack(),
             )
             base["prompt_tokens"] = out.get("prompt_tokens", base["prompt_tokens"])

@@ -78,6 +78,8 @@ def markdown(result: BenchResult) -> str:
         f"Python {m['versions']['python']}; "
         f"load average at start / end {_loadtext(m.get('load_start'))} / {_loadtext(m.get('load_end'))}.",
         "",
+        f"**Offload**: {_offload_text(m.get('offload'))}.",
+        "",
         "## Headline",
         "",
         f"- speedup of the default configuration (`{s['default_config']}`): **{fmt_figure(s['speedup'])}x** "
@@ -231,6 +233,20 @@ def lowest_vs_best(summary: Mapping) -> str | None:
         return None
     _, cat, v = min(cells, key=lambda c: c[0])
     return vs_cell(cat, v)
+
+
+def _offload_text(offload: Mapping[str, Any] | None) -> str:
+    """Where the target and the drafts ran, from `Ours.offload` (llama.cpp's -ngl: -1 = all)."""
+    if not offload:
+        return "not recorded"
+
+    def where(n: int, of: int | None = None) -> str:
+        if n < 0:
+            return "every layer off the CPU"
+        return "on the CPU" if n == 0 else f"{n}{f' of {of}' if of else ''} layers off the CPU"
+
+    drafts = "; ".join(f"draft {label} {where(n)}" for label, n in (offload.get("draft_gpu_layers") or {}).items())
+    return f"target {where(offload['target_gpu_layers'], offload.get('target_layers'))}" + (f"; {drafts}" if drafts else "")
 
 
 def _loadtext(load: Mapping | None) -> str:

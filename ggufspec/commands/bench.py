@@ -40,7 +40,7 @@ from pathlib import Path
 from ggufspec.commands import add_draft_kv_argument, add_pair_argument, add_rpc_argument
 from ggufspec.commands.speculation_args import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
-from ggufspec.settings import check_threads
+from ggufspec.settings import check_threads, parse_layers
 
 QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1}  # per prompt set
 FULL_DRAFT_QUANTS = "Q4_0,Q2_K"
@@ -95,6 +95,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "contexts, a round at a time, so that a slow second on a shared machine costs them alike)")
     r.add_argument("--ctx", type=int, default=2048, metavar="N", help="context size (default 2048)")
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
+    r.add_argument("--ngl", default="auto", metavar="N|all|auto",
+                   help="target layers on the GPU (default auto: the planner, as run does; the peers get the same count)")
+    r.add_argument("--ngld", default="auto", metavar="N|all|auto", help="draft layers on the GPU (default auto)")
     o = p.add_argument_group("output")
     o.add_argument("--out", default="bench-out", metavar="DIR", help="output directory (default bench-out)")
     o.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -149,13 +152,17 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"no llama-speculative-simple in {d}; run scripts/build_native.sh or drop --native-dir")
         native = d
 
+    layers = {"n_gpu_layers": parse_layers(args.ngl, flag="--ngl"),
+              "n_gpu_layers_draft": parse_layers(args.ngld, flag="--ngld")}
     if args.sweep_ngl is not None or args.rpc:
+        if args.ngl != "auto":
+            raise UserError("--sweep-ngl sets the target's layers itself; drop --ngl")
         return _sweep_ngl(args, prompts, repeats, speculative=speculative)
     if args.regimes is not None:
         if args.target or args.draft or args.pair or args.draft_quants:
             raise UserError("--regimes names its own targets and drafts; drop --target/--draft/--pair/--draft-quants")
         return _regimes(args, prompts, repeats, sweep_draft_lens=_ints(args.sweep_k or "2,4,8", "--sweep-k"),
-                        speculative=speculative)
+                        speculative=speculative, layers=layers)
 
     # nothing named: the default pair's draft and lookup; a target alone: lookup
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair, extra_drafts=True,
@@ -181,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         n_threads=args.threads, draft_kv=args.draft_kv, sweep_all_drafts=not args.quick, native=native,
         native_draft_lens=None, llama_cpp_peer=not args.no_peers,
         transformers_peer=not (args.no_peers or args.no_transformers or args.quick), quick=args.quick, seed=args.seed,
-        lockstep=not args.sequential,
+        lockstep=not args.sequential, **layers,
     )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -234,7 +241,7 @@ def _run_with_bar(plan, *, console, prefix: str = ""):
 
 
 def _regimes(args: argparse.Namespace, prompts: list, repeats: int, *, sweep_draft_lens: list[int],
-             speculative) -> int:
+             speculative, layers: dict) -> int:
     """`--regimes`: one lockstep bench per cost regime into --out/REGIME, then regimes.md/json."""
     from rich.console import Console
 
@@ -257,7 +264,8 @@ def _regimes(args: argparse.Namespace, prompts: list, repeats: int, *, sweep_dra
             continue
         plan = regime_plan(regime, prompts=prompts, sweep_draft_lens=sweep_draft_lens, speculative=speculative,
                            repeats=repeats,
-                           max_tokens=args.max_tokens, n_ctx=args.ctx, n_threads=args.threads, seed=args.seed)
+                           max_tokens=args.max_tokens, n_ctx=args.ctx, n_threads=args.threads, seed=args.seed,
+                           **layers)
         result = _run_with_bar(plan, console=err, prefix=f"{regime.name}: ")
         bench.write_outputs(result, out / regime.name, plots=not args.no_plots)
         rows += regime_rows(regime, result.summary)

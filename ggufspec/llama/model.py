@@ -37,6 +37,7 @@ class Model:
 
     def __init__(self, path: Path | str, *, settings: ModelSettings = ModelSettings()) -> None:
         self.path = Path(path)
+        self.settings = settings  # as loaded: n_gpu_layers (-1 = all), split
         if not self.path.is_file():
             raise UserError(f"model file not found: {self.path}; check the path or pull it first")
         params = llama.llama_model_default_params()
