@@ -135,7 +135,7 @@ measure() {
     step plan-measure 150 "for v in 2390MiB 4210MiB 6030MiB; do
         echo \"== --vram \$v\"
         gs plan --pair $pair --vram \$v --margin 0 --json > $W/plan-\$v.json
-        gs plan --pair $pair --vram \$v --margin 0 --measure 2>&1 | tail -16; done
+        gs plan --pair $pair --vram \$v --margin 0 --measure 2>&1 | grep -v ggml_cuda_init | tail -28; done
       for v in 2390MiB 4210MiB 6030MiB; do
         ngl=\$(\$PY -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"devices\"][0][\"target_layers\"])' $W/plan-\$v.json)
         echo \"== --vram \$v: \$ngl target layers on the GPU\"

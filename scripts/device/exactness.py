@@ -67,8 +67,11 @@ def main() -> int:
                 first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
                 if first is None and len(a) != len(b):
                     first = min(len(a), len(b))
-                rows.setdefault(name, []).append({"prompt": p.id, "tps": g.stats.gen_tps, "first_diff": first,
-                                                  "accept_rate": g.stats.accept_rate})
+                s = g.stats  # where the time went: draft, verify, our Python (seconds), and the rounds
+                rows.setdefault(name, []).append({"prompt": p.id, "tps": s.gen_tps, "first_diff": first,
+                                                  "accept_rate": s.accept_rate, "rounds": s.rounds,
+                                                  "drafter_rounds": dict(s.drafter_rounds),
+                                                  "draft_s": s.draft_s, "verify_s": s.verify_s, "python_s": s.overhead_s})
             print(f"{p.id}: " + ", ".join(f"{k} {v[-1]['first_diff']}" for k, v in rows.items() if k != "target alone"),
                   flush=True)
     summary = {}
