@@ -22,6 +22,8 @@
 #                 generations of the default and each fixed K against the target alone, with the
 #                 stock kernels and with the row-invariant dispatch (scripts/device/row_invariant.py,
 #                 patched into this build: GGUFSPEC_CUDA_ROW_INVARIANT=1 GGML_CUDA_DISABLE_FUSION=1)
+#   graphs-default  the default pair's runs of exact-default again with CUDA graphs off
+#                 (GGML_CUDA_DISABLE_GRAPHS=1): what re-capturing a graph at each shape change costs
 #   plan-measure  plan --measure for smollm2-as-7b at --vram budgets that put 16, 32, 48 of its 64
 #                 blocks on the GPU (planner against llama.cpp's allocation), then run --compare at each
 #   serve         scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
@@ -128,6 +130,9 @@ measure() {
   step regime-default 110 "gs bench --regimes default --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes-default"
   step exact-default 150 "\$PY scripts/device/exactness.py --target embedded:smollm2:Q8_0 --prompts $np -n $ne --out $W/exact-default-stock.json
       $exact \$PY scripts/device/exactness.py --target embedded:smollm2:Q8_0 --prompts $np -n $ne --out $W/exact-default-invariant.json"
+  # CUDA graphs: llama.cpp re-warms (2 calls) and re-captures its graph whenever a decode's shape
+  # changes, which speculation does every round; the same runs with graphs off tell what that costs
+  step graphs-default 90 "GGML_CUDA_DISABLE_GRAPHS=1 \$PY scripts/device/exactness.py --target embedded:smollm2:Q8_0 --prompts 4 -n $ne --out $W/graphs-off-default.json"
   step "regime-$big" 150 "gs bench --regimes $big --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes-$big"
   step "exact-$big" 180 "\$PY scripts/device/exactness.py --target embedded:$pair:Q8_0 --prompts $npb -n $neb --out $W/exact-$big-stock.json
       $exact \$PY scripts/device/exactness.py --target embedded:$pair:Q8_0 --prompts $npb -n $neb --out $W/exact-$big-invariant.json"
