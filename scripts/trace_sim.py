@@ -241,9 +241,11 @@ class Costs:
 # Cost profiles for regimes this machine cannot produce (`simulate --profile NAME`); their
 # derivations are in docs/bench/regimes_simulated.md. verify_ms maps rows (K drafts + 1) to ms.
 PROFILES: dict[str, dict[str, Any]] = {
-    # The default pair (SmolLM2-135M Q8_0 target, its Q4_1 draft) on an NVIDIA H200, all layers on
-    # the GPU: one lockstep bench, 64 tokens, 2 prompts x 2 repeats (issue 40's GPU check). A 135M
-    # model on a GPU is launch-bound: a draft step costs what a target step does.
+    # The default pair (SmolLM2-135M Q8_0 target, its Q4_1 draft) on the H200 machine: one lockstep
+    # bench, 64 tokens, 2 prompts x 2 repeats (issue 40's GPU check). CORRECTION (second H200 run,
+    # docs/gpu.md): that bench kept every model on the CPU (n_gpu_layers=0, since fixed), so these
+    # are the host's 16-core Xeon costs with prompt batches on the GPU, not a GPU's; the name stays
+    # for the results that cite it. With every layer on the GPU the target steps in ~1.2 ms.
     # - target step 4.21 ms: the target alone's verify a token (one row a round; 231.6 tok/s with
     #   its 0.11 ms of Python)
     # - 9 rows 11.7 ms: fixed K = 8 verified 1.43 ms a generated token, at 8 x 0.9 + 1 = 8.2 tokens
