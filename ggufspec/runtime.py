@@ -13,32 +13,26 @@ default draft model and lookup when no target is named either, else the target a
 
 from __future__ import annotations
 
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from ggufspec import pairload
 from ggufspec.errors import UserError
-from ggufspec.ggufinfo import ModelInfo, read_model_info, read_vocab
-from ggufspec.hardware import offload_devices
-from ggufspec.llama import stall
+from ggufspec.ggufinfo import ModelInfo, read_model_info
 from ggufspec.loop.control import DraftController
 from ggufspec.loop.drafters import Drafter, LookupDrafter, ModelDrafter
 from ggufspec.loop.engine import Generation, generate
 from ggufspec.loop.exactness import auto_cache_type, greedy_exactness
-from ggufspec.loop.kvshare import shared_kv_refusal
 from ggufspec.loop.parallel import Activity, Slot
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import SpeculativeSettings
-from ggufspec.models.refs import resolve_model
+from ggufspec.models.refs import resolve_path
 from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
 from ggufspec.models.template import render_chat
-from ggufspec.models.vocab import compare_vocab
-from ggufspec.plan import plan_for_load
-from ggufspec.plan.fit import ContextNeed, check_context_fits
-from ggufspec.plan.split import DeviceLayers, device_layers, effective_split, layer_devices
-from ggufspec.rpc import parse_endpoints
+from ggufspec.models.vocab import check_vocab
+from ggufspec.plan.split import DeviceLayers
 from ggufspec.session import SessionInfo, load_caches, save_caches
 from ggufspec.settings import ContextSettings, ModelSettings, PairSettings
 
@@ -48,110 +42,6 @@ if TYPE_CHECKING:
 
 # `pair.generate(drafters=PAIR_DRAFTERS)`: the drafters the pair was loaded with
 PAIR_DRAFTERS: Sequence[Drafter] = object()  # type: ignore[assignment]
-
-
-def resolve_path(ref: str | Path, *, offline: bool = False) -> Path:
-    """A model reference (local path, hub ref, embedded:NAME:QUANT) -> local GGUF path."""
-    return resolve_model(str(ref), offline=offline).path
-
-
-def check_vocab(target: Path, draft: Path) -> None:
-    """Refuse an incompatible pair before loading anything (llama.cpp's rule)."""
-    verdict = compare_vocab(target=read_vocab(target), draft=read_vocab(draft))
-    if verdict.status == "incompatible":
-        raise UserError(verdict.message)
-
-
-def _layer_count(value: int | str) -> int:
-    return -1 if value == "all" else int(value)
-
-
-def _offload(target: Path, draft: Path | None, settings: PairSettings, *,
-             quiet: bool = False) -> tuple[ModelSettings, ModelSettings]:
-    """Offload of target and draft: explicit layer counts, or the planner's for "auto" (the draft
-    whole on one GPU first, then target layers); all on the CPU where llama.cpp has no GPU (with a
-    note on stderr when layers were asked for, unless `quiet`)."""
-    from ggufspec.llama.lib import gpu_offload_supported
-
-    _add_workers(settings)
-    tl, dl = settings.n_gpu_layers, settings.n_gpu_layers_draft
-    if not gpu_offload_supported():
-        asked = [f"{flag} {v}" for flag, v in (("--ngl", tl), ("--ngld", dl)) if v not in ("auto", 0)]
-        if asked and not quiet:
-            sys.stderr.write(f"note: {' and '.join(asked)} ignored: this llama.cpp build has no GPU backend; "
-                             "everything runs on the CPU\n")
-        return ModelSettings(), ModelSettings()
-    t_kw: dict = {"n_gpu_layers": 0 if tl == "auto" else _layer_count(tl)}
-    d_kw: dict = {"n_gpu_layers": 0 if dl == "auto" else _layer_count(dl)}
-    if "auto" in (tl, dl):
-        gpus = offload_devices()  # llama.cpp's own: RPC workers, then GPUs
-        if gpus:
-            cache = settings.context.cache_type_k
-            t_plan, d_plan = plan_for_load(
-                target=target, draft=draft, gpus=gpus,
-                context=settings.context.with_cache_type("f16" if cache == "auto" else cache),  # type: ignore[arg-type]
-            )
-            if tl == "auto":
-                t_kw = dict(t_plan)
-            if dl == "auto":
-                d_kw = dict(d_plan)
-
-    def build(kw: dict) -> ModelSettings:
-        split = kw.get("tensor_split")
-        return ModelSettings(n_gpu_layers=int(kw["n_gpu_layers"]), tensor_split=tuple(split) if split else None,
-                             main_gpu=int(kw.get("main_gpu") or 0))
-    return build(t_kw), build(d_kw)
-
-
-def _add_workers(settings: PairSettings) -> None:
-    """Register the `--rpc` workers with llama.cpp (checked first: down or another version is a
-    UserError); a worker that dies later ends the process with one line and exit 2."""
-    if not settings.rpc:
-        return
-    from ggufspec.llama import devices
-    from ggufspec.llama.lib import gpu_offload_supported
-    devices.add_workers(parse_endpoints(",".join(settings.rpc)))
-    if not devices.failure_handled():  # a server installs its own (it survives a worker's death)
-        devices.on_worker_failure()
-    gpu_offload_supported.cache_clear()  # llama.cpp offloads once an RPC backend is registered
-
-
-def _shares_kv(target_info: ModelInfo, info: ModelInfo, settings: PairSettings) -> bool:
-    """Does this draft take the target's KV cache (--draft-kv auto, ggufspec.loop.kvshare)?"""
-    return settings.draft_kv == "auto" and shared_kv_refusal(target_info, info) is None
-
-
-def _draft_context(target_info: ModelInfo, info: ModelInfo, settings: PairSettings, *,
-                   target: ContextSettings) -> ContextSettings:
-    """A draft model's context: the target's when it shares its KV cache, else an f16 cache."""
-    return target if _shares_kv(target_info, info, settings) else settings.context.with_cache_type("f16")
-
-
-def _check_memory(target_info: ModelInfo, draft_infos: Sequence[ModelInfo], settings: PairSettings, *,
-                  context: ContextSettings, devices: Sequence[Any]) -> None:
-    """Refuse a --ctx whose KV caches cannot fit this machine before llama.cpp tries (its own
-    failure names a wrong cause), with the planner's arithmetic (ggufspec.plan.fit)."""
-    import psutil
-
-    n_seq = settings.parallel
-    needs = [ContextNeed(info=target_info, context=context, n_seq=n_seq)]
-    needs += [ContextNeed(info=i, context=_draft_context(target_info, i, settings, target=context), n_seq=n_seq)
-              for i in draft_infos]
-    available = int(psutil.virtual_memory().available) + sum(int(d.free_bytes) for d in devices)
-    check_context_fits(needs=needs, available_bytes=available)
-
-
-def _device_layers(target_info: ModelInfo, target_load: ModelSettings, draft_path: Path | None,
-                   draft_load: ModelSettings, devices: Sequence[object]) -> tuple[DeviceLayers, ...]:
-    """Layers of the target and the draft per device, as llama.cpp places them."""
-    free = [d.free_bytes for d in devices]  # type: ignore[attr-defined]
-
-    def slots(n_layer: int, load: ModelSettings) -> tuple[int, ...]:
-        return layer_devices(n_layer=n_layer, n_gpu_layers=load.n_gpu_layers,
-                             split=effective_split(load.tensor_split, free) if devices else ())
-    t = slots(target_info.n_layer, target_load)
-    d = slots(read_model_info(draft_path).n_layer, draft_load) if draft_path is not None else None
-    return device_layers(devices=[(x.name, x.kind, x.free_bytes) for x in devices], target=t, draft=d)  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -213,7 +103,7 @@ class SpeculativePair:
         path = resolve_path(ref, offline=self.settings.offline)
         info = read_model_info(path)  # a clear error for a non-GGUF or truncated file before llama.cpp
         check_vocab(self.target_path, path)
-        _, draft_load = _offload(self.target_path, path, self.settings, quiet=True)  # load_pair noted it
+        _, draft_load = pairload.model_settings(self.target_path, path, self.settings, quiet=True)  # load_pair noted it
         return self._add_model_drafter(path, info, draft_load)
 
     def _add_model_drafter(self, path: Path, info: ModelInfo, draft_load: ModelSettings) -> Drafter:
@@ -224,9 +114,9 @@ class SpeculativePair:
         from ggufspec.llama.context import Context
         from ggufspec.llama.model import Model
 
-        shared = _shares_kv(self.target_info, info, self.settings)
+        shared = pairload.shares_kv(self.target_info, info, self.settings)
         model = Model(path, settings=draft_load)
-        draft_ctx = _draft_context(self.target_info, info, self.settings, target=self.target_ctx.settings)
+        draft_ctx = pairload.draft_context(self.target_info, info, self.settings, target=self.target_ctx.settings)
         if self.settings.parallel > 1:  # one sequence per slot; the pair's drafter drafts on slot 0's
             from ggufspec.llama.multi import MultiContext
 
@@ -459,15 +349,11 @@ def load_pair(
             draft_infos[path] = read_model_info(path)
             check_vocab(target_path, path)
 
-    target_load, draft_load = _offload(target_path, draft_path, settings)
-    from ggufspec.llama.lib import gpu_offload_supported
-
-    # free memory before loading: llama.cpp's default split (none: everything on the CPU)
-    model_devices = offload_devices() if gpu_offload_supported() else ()
-    # RPC workers served by ggufspec compute with its CPU kernels: batch-invariant, like the CPU
-    on_gpu = target_load.n_gpu_layers != 0 and any(d.kind == "gpu" for d in model_devices)
+    target_load, draft_load = pairload.model_settings(target_path, draft_path, settings)
+    model_devices = pairload.load_devices()  # free memory before loading: llama.cpp's default split
+    on_gpu = pairload.runs_on_gpu(target_load, model_devices)
     ctx_settings: ContextSettings = settings.context.with_cache_type(auto_cache_type(target_info, on_gpu=on_gpu))
-    _check_memory(target_info, list(draft_infos.values()), settings, context=ctx_settings, devices=model_devices)
+    pairload.check_memory(target_info, list(draft_infos.values()), settings, context=ctx_settings, devices=model_devices)
     target_model = Model(target_path, settings=target_load)
     lock = threading.Lock()
     try:
@@ -488,7 +374,7 @@ def load_pair(
         settings=settings,
         inexact_greedy=greedy_exactness(target_info, on_gpu=on_gpu, cache_type=ctx_settings.cache_type_k,
                                         invariant_kernels=batch_invariant_kernels()),
-        devices=_device_layers(target_info, target_load, draft_path, draft_load, model_devices),
+        devices=pairload.layers_per_device(target_info, target_load, draft_path, draft_load, model_devices),
         _llama_lock=lock,
     )
     try:
@@ -498,17 +384,12 @@ def load_pair(
             if p is None:
                 drafters.append(pair.load_drafter(LOOKUP))
                 continue
-            load = draft_load if p == draft_path else _offload(target_path, p, settings, quiet=True)[1]
+            load = draft_load if p == draft_path else pairload.model_settings(target_path, p, settings, quiet=True)[1]
             drafters.append(pair._add_model_drafter(p, draft_infos[p], load))
         pair.drafters = tuple(drafters)
         pair.draft_path = draft_path
     except BaseException:
         pair.close()
         raise
-    if settings.rpc:  # llama.cpp's connections to the workers exist now: a dead one is found in 25 s,
-        from ggufspec.llama.devices import harden_worker_sockets
-
-        endpoints = parse_endpoints(",".join(settings.rpc))
-        harden_worker_sockets(endpoints)
-        stall.arm(endpoints)  # a frozen one in 20 (ggufspec.llama.stall)
+    pairload.watch_workers(settings)
     return pair

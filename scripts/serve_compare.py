@@ -72,7 +72,7 @@ def _free_port() -> int:
 
 def _files(args) -> tuple[Path, Path]:
     from ggufspec.models.resolve import resolve_pair_refs
-    from ggufspec.runtime import resolve_path
+    from ggufspec.models.refs import resolve_path
 
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)
     if refs.draft in (None, "lookup"):

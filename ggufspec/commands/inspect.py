@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 
@@ -20,13 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("ref", metavar="REF", help="model: ./file.gguf, owner/repo:QUANT, embedded:NAME:QUANT")
     parser.add_argument("--json", action="store_true", help="print everything as JSON, the tensor table included")
     parser.add_argument("--offline", action="store_true", help="use the Hugging Face cache only")
-
-
-def resolve_path(ref: str, *, offline: bool = False) -> Path:
-    """The local GGUF file (first shard) of a model reference."""
-    from ggufspec.models.refs import resolve_model
-
-    return Path(resolve_model(ref, offline=offline).path)
 
 
 def info_dict(info: Any) -> dict[str, Any]:
@@ -90,6 +82,7 @@ def _types(info: Any, layer: int | None, group: str | None = None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ggufspec.ggufinfo import read_model_info
+    from ggufspec.models.refs import resolve_path
 
     path = resolve_path(args.ref, offline=args.offline)
     info = read_model_info(path)

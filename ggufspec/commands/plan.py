@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _pair_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
-    from ggufspec.commands.inspect import resolve_path
+    from ggufspec.models.refs import resolve_path
     from ggufspec.models.resolve import LOOKUP, resolve_pair_refs
 
     refs = resolve_pair_refs(target=args.target, draft=args.draft, pair=args.pair)

@@ -211,3 +211,8 @@ def resolve_model(ref: str, *, offline: bool = False, progress: bool = True, ver
     model = hub.fetch(parsed.repo_id, quant=parsed.quant, filename=parsed.filename, revision=parsed.revision,
                       offline=offline, progress=progress, verify=verify)
     return ResolvedModel(ref, model.paths, "hub", model.sha256)
+
+
+def resolve_path(ref: str | Path, *, offline: bool = False) -> Path:
+    """The local GGUF file (first shard) of a model reference: what llama.cpp is handed."""
+    return resolve_model(str(ref), offline=offline).path

@@ -20,9 +20,11 @@ types as booleans (a quirk); we compare the types themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
-from ggufspec.ggufinfo import VocabInfo
+from ggufspec.errors import UserError
+from ggufspec.ggufinfo import VocabInfo, read_vocab
 
 SPEC_VOCAB_MAX_SIZE_DIFFERENCE = 128
 SPEC_VOCAB_CHECK_START_TOKEN_ID = 5
@@ -159,3 +161,10 @@ def compare_vocab(*, target: VocabInfo, draft: VocabInfo) -> VocabVerdict:
         llama_cpp_compatible=llama_ok,
         message=f"vocabularies are compatible ({target.size} and {draft.size} tokens): {detail}",
     )
+
+
+def check_vocab(target: Path, draft: Path) -> None:
+    """Refuse an incompatible pair of files before loading anything (llama.cpp's rule, above)."""
+    verdict = compare_vocab(target=read_vocab(target), draft=read_vocab(draft))
+    if verdict.status == "incompatible":
+        raise UserError(verdict.message)

@@ -1,0 +1,138 @@
+"""What is decided before a pair's models load: each model's layers per device (explicit counts or
+the offload planner's), the --rpc workers, whether the KV caches fit, and a draft model's context.
+ggufspec.runtime loads with these; llama.cpp is reached only inside the functions that need it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from ggufspec.ggufinfo import ModelInfo, read_model_info
+from ggufspec.hardware import offload_devices
+from ggufspec.llama import stall
+from ggufspec.loop.kvshare import shared_kv_refusal
+from ggufspec.plan import plan_for_load
+from ggufspec.plan.fit import ContextNeed, check_context_fits
+from ggufspec.plan.split import DeviceLayers, device_layers, effective_split, layer_devices
+from ggufspec.rpc import parse_endpoints
+from ggufspec.settings import ContextSettings, ModelSettings, PairSettings
+
+
+def _layer_count(value: int | str) -> int:
+    """--ngl/--ngld as llama.cpp's n_gpu_layers ("all": -1)."""
+    return -1 if value == "all" else int(value)
+
+
+def model_settings(target: Path, draft: Path | None, settings: PairSettings, *,
+                   quiet: bool = False) -> tuple[ModelSettings, ModelSettings]:
+    """Offload of target and draft: explicit layer counts, or the planner's for "auto" (the draft
+    whole on one GPU first, then target layers); all on the CPU where llama.cpp has no GPU (with a
+    note on stderr when layers were asked for, unless `quiet`)."""
+    from ggufspec.llama.lib import gpu_offload_supported
+
+    add_workers(settings)
+    tl, dl = settings.n_gpu_layers, settings.n_gpu_layers_draft
+    if not gpu_offload_supported():
+        asked = [f"{flag} {v}" for flag, v in (("--ngl", tl), ("--ngld", dl)) if v not in ("auto", 0)]
+        if asked and not quiet:
+            sys.stderr.write(f"note: {' and '.join(asked)} ignored: this llama.cpp build has no GPU backend; "
+                             "everything runs on the CPU\n")
+        return ModelSettings(), ModelSettings()
+    t_kw: dict = {"n_gpu_layers": 0 if tl == "auto" else _layer_count(tl)}
+    d_kw: dict = {"n_gpu_layers": 0 if dl == "auto" else _layer_count(dl)}
+    if "auto" in (tl, dl):
+        gpus = offload_devices()  # llama.cpp's own: RPC workers, then GPUs
+        if gpus:
+            cache = settings.context.cache_type_k
+            t_plan, d_plan = plan_for_load(
+                target=target, draft=draft, gpus=gpus,
+                context=settings.context.with_cache_type("f16" if cache == "auto" else cache),  # type: ignore[arg-type]
+            )
+            if tl == "auto":
+                t_kw = dict(t_plan)
+            if dl == "auto":
+                d_kw = dict(d_plan)
+
+    def build(kw: dict) -> ModelSettings:
+        split = kw.get("tensor_split")
+        return ModelSettings(n_gpu_layers=int(kw["n_gpu_layers"]), tensor_split=tuple(split) if split else None,
+                             main_gpu=int(kw.get("main_gpu") or 0))
+    return build(t_kw), build(d_kw)
+
+
+def load_devices() -> tuple[Any, ...]:
+    """llama.cpp's devices with their free memory before loading (none where the build has no GPU
+    backend: everything on the CPU)."""
+    from ggufspec.llama.lib import gpu_offload_supported
+
+    return tuple(offload_devices()) if gpu_offload_supported() else ()
+
+
+def runs_on_gpu(target_load: ModelSettings, devices: Sequence[Any]) -> bool:
+    """Target layers go to a GPU (RPC workers served by ggufspec compute with its CPU kernels:
+    batch-invariant, like the CPU)."""
+    return target_load.n_gpu_layers != 0 and any(d.kind == "gpu" for d in devices)
+
+
+def add_workers(settings: PairSettings) -> None:
+    """Register the `--rpc` workers with llama.cpp (checked first: down or another version is a
+    UserError); a worker that dies later ends the process with one line and exit 2."""
+    if not settings.rpc:
+        return
+    from ggufspec.llama import devices
+    from ggufspec.llama.lib import gpu_offload_supported
+    devices.add_workers(parse_endpoints(",".join(settings.rpc)))
+    if not devices.failure_handled():  # a server installs its own (it survives a worker's death)
+        devices.on_worker_failure()
+    gpu_offload_supported.cache_clear()  # llama.cpp offloads once an RPC backend is registered
+
+
+def shares_kv(target_info: ModelInfo, info: ModelInfo, settings: PairSettings) -> bool:
+    """Does this draft take the target's KV cache (--draft-kv auto, ggufspec.loop.kvshare)?"""
+    return settings.draft_kv == "auto" and shared_kv_refusal(target_info, info) is None
+
+
+def draft_context(target_info: ModelInfo, info: ModelInfo, settings: PairSettings, *,
+                   target: ContextSettings) -> ContextSettings:
+    """A draft model's context: the target's when it shares its KV cache, else an f16 cache."""
+    return target if shares_kv(target_info, info, settings) else settings.context.with_cache_type("f16")
+
+
+def check_memory(target_info: ModelInfo, draft_infos: Sequence[ModelInfo], settings: PairSettings, *,
+                  context: ContextSettings, devices: Sequence[Any]) -> None:
+    """Refuse a --ctx whose KV caches cannot fit this machine before llama.cpp tries (its own
+    failure names a wrong cause), with the planner's arithmetic (ggufspec.plan.fit)."""
+    import psutil
+
+    n_seq = settings.parallel
+    needs = [ContextNeed(info=target_info, context=context, n_seq=n_seq)]
+    needs += [ContextNeed(info=i, context=draft_context(target_info, i, settings, target=context), n_seq=n_seq)
+              for i in draft_infos]
+    available = int(psutil.virtual_memory().available) + sum(int(d.free_bytes) for d in devices)
+    check_context_fits(needs=needs, available_bytes=available)
+
+
+def layers_per_device(target_info: ModelInfo, target_load: ModelSettings, draft_path: Path | None,
+                   draft_load: ModelSettings, devices: Sequence[object]) -> tuple[DeviceLayers, ...]:
+    """Layers of the target and the draft per device, as llama.cpp places them."""
+    free = [d.free_bytes for d in devices]  # type: ignore[attr-defined]
+
+    def slots(n_layer: int, load: ModelSettings) -> tuple[int, ...]:
+        return layer_devices(n_layer=n_layer, n_gpu_layers=load.n_gpu_layers,
+                             split=effective_split(load.tensor_split, free) if devices else ())
+    t = slots(target_info.n_layer, target_load)
+    d = slots(read_model_info(draft_path).n_layer, draft_load) if draft_path is not None else None
+    return device_layers(devices=[(x.name, x.kind, x.free_bytes) for x in devices], target=t, draft=d)  # type: ignore[attr-defined]
+
+
+def watch_workers(settings: PairSettings) -> None:
+    """Once llama.cpp holds its connections to the --rpc workers: a dead one is found in 25 s
+    (ggufspec.llama.devices), a frozen one in 20 (ggufspec.llama.stall)."""
+    if not settings.rpc:
+        return
+    from ggufspec.llama.devices import harden_worker_sockets
+
+    endpoints = parse_endpoints(",".join(settings.rpc))
+    harden_worker_sockets(endpoints)
+    stall.arm(endpoints)
