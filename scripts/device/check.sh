@@ -122,20 +122,23 @@ measure() {
   local big=as-7b pair=smollm2-as-7b limit=1 repeats=2 n=64 tokens=64 np=6 ne=192 npb=4 neb=160
   if (( CPU )); then big=as-1b; pair=smollm2-as-1b; limit=1; repeats=1; n=16; tokens=16; np=2; ne=24; npb=2; neb=24; fi
   export -f gs; export PY
-  local exact="GGUFSPEC_CUDA_ROW_INVARIANT=1 GGML_CUDA_DISABLE_FUSION=1"
+  # exactness NAME TARGET PROMPTS TOKENS: the command of an exact-* step, stock kernels then the
+  # row-invariant dispatch (same prompts and tokens), into NAME-stock.json and NAME-invariant.json
+  exactness() {
+    local run="\$PY scripts/device/exactness.py --target $2 --prompts $3 -n $4 --out $W/$1"
+    echo "$run-stock.json; GGUFSPEC_CUDA_ROW_INVARIANT=1 GGML_CUDA_DISABLE_FUSION=1 $run-invariant.json"
+  }
   step devices 30 "nvidia-smi 2>&1 | head -20; gs devices"
   step derive 90 "for r in smollm2:Q8_0 smollm2-as-1b:Q8_0 smollm2-as-7b:Q8_0; do
       [[ $CPU == 1 && \$r == smollm2-as-7b:Q8_0 ]] && continue
       \$PY -c \"import time; t = time.time(); from ggufspec.models.embedded import resolve_embedded as r; p = r(*'\$r'.split(':')); print(p, f'{time.time() - t:.1f} s')\"; done"
   step regime-default 110 "gs bench --regimes default --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes-default"
-  step exact-default 150 "\$PY scripts/device/exactness.py --target embedded:smollm2:Q8_0 --prompts $np -n $ne --out $W/exact-default-stock.json
-      $exact \$PY scripts/device/exactness.py --target embedded:smollm2:Q8_0 --prompts $np -n $ne --out $W/exact-default-invariant.json"
+  step exact-default 150 "$(exactness exact-default embedded:smollm2:Q8_0 "$np" "$ne")"
   # CUDA graphs: llama.cpp re-warms (2 calls) and re-captures its graph whenever a decode's shape
   # changes, which speculation does every round; the same runs with graphs off tell what that costs
   step graphs-default 90 "GGML_CUDA_DISABLE_GRAPHS=1 \$PY scripts/device/exactness.py --target embedded:smollm2:Q8_0 --prompts 4 -n $ne --out $W/graphs-off-default.json"
   step "regime-$big" 150 "gs bench --regimes $big --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes-$big"
-  step "exact-$big" 180 "\$PY scripts/device/exactness.py --target embedded:$pair:Q8_0 --prompts $npb -n $neb --out $W/exact-$big-stock.json
-      $exact \$PY scripts/device/exactness.py --target embedded:$pair:Q8_0 --prompts $npb -n $neb --out $W/exact-$big-invariant.json"
+  step "exact-$big" 180 "$(exactness "exact-$big" "embedded:$pair:Q8_0" "$npb" "$neb")"
   if (( ! CPU )); then
     step plan-measure 150 "for v in 2390MiB 4210MiB 6030MiB; do
         echo \"== --vram \$v\"

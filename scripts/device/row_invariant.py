@@ -143,25 +143,24 @@ int ggml_cuda_mmvq_row_invariant_cols(enum ggml_type type, int cc) {{
 
 def patch(root: Path) -> int:
     """Apply EDITS under root; 0 when done (or already done), 1 when an anchor is missing."""
-    texts: dict[str, str] = {}
+    texts = {rel: (root / rel).read_text() for rel, *_ in EDITS}
+    done = {rel for rel, text in texts.items() if MARK in text}
     for rel, anchor, before, after in EDITS:
-        text = texts.get(rel) or (root / rel).read_text()
-        if MARK in text and rel not in texts:
-            print(f"{rel}: already patched")
-            texts[rel] = ""
+        if rel in done:
             continue
-        if rel in texts and not texts[rel]:
-            continue
-        if text.count(anchor) != 1:
-            print(f"error: {rel}: anchor found {text.count(anchor)} times: {anchor.splitlines()[0]!r}", file=sys.stderr)
+        if texts[rel].count(anchor) != 1:
+            print(f"error: {rel}: anchor found {texts[rel].count(anchor)} times: {anchor.splitlines()[0]!r}",
+                  file=sys.stderr)
             return 1
-        texts[rel] = text.replace(anchor, before + anchor + after)
+        texts[rel] = texts[rel].replace(anchor, before + anchor + after)
     for rel, text in texts.items():
-        if text:
-            tmp = root / (rel + ".tmp")
-            tmp.write_text(text)
-            tmp.replace(root / rel)
-            print(f"{rel}: patched")
+        if rel in done:
+            print(f"{rel}: already patched")
+            continue
+        tmp = root / (rel + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(root / rel)
+        print(f"{rel}: patched")
     return 0
 
 
