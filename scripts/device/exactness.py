@@ -22,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-from ggufspec import SamplingSettings, SpeculativeSettings, load_pair
+from ggufspec import ModelDrafter, SamplingSettings, SpeculativeSettings, load_pair
+from ggufspec.bench.atomic import write_atomic
 from ggufspec.bench.prompts import load_prompts
 
 
@@ -40,11 +41,12 @@ def main() -> int:
     prompts = [(tuned if i % 2 == 0 else heldout)[i // 2] for i in range(args.prompts)]
     greedy = SamplingSettings(temperature=0.0)
     spec = SpeculativeSettings()
-    kernels = {k: os.environ.get(k, "") for k in ("GGUFSPEC_CUDA_ROW_INVARIANT", "GGML_CUDA_DISABLE_FUSION")}
+    kernels = {k: os.environ.get(k, "") for k in ("GGUFSPEC_CUDA_ROW_INVARIANT", "GGML_CUDA_DISABLE_FUSION",
+                                                    "GGML_CUDA_DISABLE_GRAPHS")}
     rows: dict[str, list[dict]] = {}
     t_start = time.time()
     with load_pair(target=args.target, draft=args.draft) as pair:
-        model = tuple(d for d in pair.drafters if type(d).__name__ == "ModelDrafter")[:1]
+        model = tuple(d for d in pair.drafters if isinstance(d, ModelDrafter))[:1]
         configs = {"default": (pair.drafters, spec)}
         configs.update({f"K={k}": (model, spec.with_length(draft_max=k, fixed=True)) for k in args.fixed})
 
@@ -84,9 +86,7 @@ def main() -> int:
         print(f"{name:14s} differ {len(diffs)} of {len(rs)} (first at {diffs})  {tps:7.1f} tok/s  {tps / alone:.3f}x")
     out = {"target": args.target, "draft": args.draft, "tokens": args.tokens, "kernels": kernels,
            "seconds": round(time.time() - t_start, 1), "summary": summary, "rows": rows}
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1))
-    tmp.replace(args.out)
+    write_atomic(args.out, json.dumps(out, indent=1))
     return 0
 
 
