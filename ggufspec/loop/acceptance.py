@@ -108,11 +108,13 @@ def accept_greedy(drafted: Sequence[int], target_argmax: Sequence[int]) -> Verdi
 
     Args:
         drafted: x_0..x_{K-1}.
-        target_argmax: argmax of the K+1 target rows.
+        target_argmax: argmax of the K+1 target rows (each asked once, in order, up to the first
+            rejection: a lazy sequence computes only those).
     """
     for i, x in enumerate(drafted):
-        if x != target_argmax[i]:
-            return Verdict(n_accepted=i, token=int(target_argmax[i]), bonus=False)
+        top = target_argmax[i]
+        if x != top:
+            return Verdict(n_accepted=i, token=int(top), bonus=False)
     k = len(drafted)
     return Verdict(n_accepted=k, token=int(target_argmax[k]), bonus=True)
 

@@ -196,7 +196,6 @@ class DraftController(Hold):
         draft_first_s, draft_calls, extended = r.draft_first_s, r.draft_calls, r.extended
         if choice is None:
             return
-        self._memo.clear()  # the round's estimates end with it
         st = self.settings
         if choice.drafter is not None and choice.grade and st.grades:
             choice = replace(choice, drafter=self._key(choice.drafter, choice.grade))
@@ -211,7 +210,12 @@ class DraftController(Hold):
         elif not self.timed:
             round_s, draft_s = 1.0, 0.0
         vp = max(0.0, round_s - draft_s - check_s)  # the verify and our Python
+        # priced with the estimates the round was chosen with (the memo `choose` filled): its
+        # winsorizing cap and the catch-up it induces; the samples it adds change them after
         a = self.base_s()
+        d_s = (self.draft_cost_s(name, drafted - extended) or 0.0) if name is not None else 0.0
+        cap = st.winsor * ((self.verify_s(drafted) or a or round_s) + d_s)
+        induced_s = self._induced_s(name, free, emitted, self._shared)
         if drafted == 0:  # measures a (a draft that came back empty is not the target's cost)
             self._base.add(self.round, vp)
         elif a is not None:  # bounds a from above
@@ -242,18 +246,14 @@ class DraftController(Hold):
             if other != name and v.proposed > 0:
                 self._model(other, True)
                 self._record_accepts(other, v.proposed, v.matched, emitted)
-        self._memo.clear()  # new samples and counts: new estimates
         src = self._source(NONE if name is None else name)
-        a = self.base_s() or round_s
-        d_s = (self.draft_cost_s(name, drafted - extended) or 0.0) if name is not None else 0.0
-        cap = st.winsor * ((self.verify_s(drafted) or a) + d_s)
-        charged_s = min(round_s, cap) + self._induced_s(name, free, emitted, self._shared)
+        charged_s = min(round_s, cap) + induced_s
         src.add(emitted, charged_s, pool=st.pool_decay, current=st.decay)
         src.last = self.round
         self._clock += charged_s
         self._ran_s[NONE if name is None else name] = self._clock
         self._last = NONE if name is None else name
         self.round += 1
-        self._memo.clear()
+        self._memo.clear()  # new samples and counts, a new round: new estimates
         if choice.retry:
-            self._after_retry(name, emitted, charged_s, a)
+            self._after_retry(name, emitted, charged_s, self.base_s() or round_s)

@@ -73,7 +73,8 @@ def per_state(method: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(method)
     def cached(self: Any, *args: object, **kwargs: object) -> T:
-        key = (name, args, *kwargs.items())
+        # (no argument is a tuple, so the two forms of key never meet)
+        key = (name, args, *kwargs.items()) if kwargs else (name, *args)
         try:
             return self._memo[key]  # type: ignore[no-any-return]
         except KeyError:

@@ -20,23 +20,28 @@ class Samples:
 
     def __init__(self, window: int) -> None:
         self._items: deque[tuple[int, float]] = deque(maxlen=window)
-        self._memo: tuple[tuple, float | None] = ((), None)
+        # the last answer: ((horizon, low), first round, last round it holds for, value)
+        self._memo: tuple[tuple[int, bool], int, float, float | None] = ((0, False), 1, 0.0, None)
 
     def add(self, now: int, value: float) -> None:
         self._items.append((now, value))
-        self._memo = ((), None)
+        self._memo = ((0, False), 1, 0.0, None)
 
     def median(self, now: int, horizon: int, *, low: bool = False) -> float | None:
         """The low median (`low`: the minimum) of the fresh samples, or of all when none is fresh."""
         if not self._items:
             return None
-        if self._memo[0] == (now, horizon, low):  # asked several times a round
-            return self._memo[1]
-        fresh = [v for r, v in self._items if now - r <= horizon] or [v for _, v in self._items]
+        key, first, last, value = self._memo
+        if first <= now <= last and key == (horizon, low):  # asked several times a round, and rounds on end
+            return value
+        fresh = [(r, v) for r, v in self._items if now - r <= horizon]
+        # the answer holds until the oldest fresh sample ages out (none fresh: until the next sample)
+        last = min(r for r, _ in fresh) + horizon if fresh else float("inf")
+        values = [v for _, v in fresh] if fresh else [v for _, v in self._items]
         # a timing is only ever slowed by noise (a stall, llama.cpp's first decode of a new
         # batch shape), never sped up: the low median, or the minimum for the target alone
-        value = min(fresh) if low else statistics.median_low(fresh)
-        self._memo = ((now, horizon, low), value)
+        value = min(values) if low else statistics.median_low(values)
+        self._memo = ((horizon, low), now, last, value)
         return value
 
     def __bool__(self) -> bool:
@@ -87,11 +92,13 @@ def fit_line(points: list[tuple[float, float, float]]) -> tuple[float, float]:
     """(y0, slope): weighted least squares of y = y0 + slope * x through (x, y, weight) points,
     neither negative (more rows never cost less: a flat line through the weighted mean; nor does
     the first cost less than nothing: a line through the origin)."""
-    sw = sum(w for _, _, w in points)
-    sx = sum(w * x for x, _, w in points)
-    sxx = sum(w * x * x for x, _, w in points)
-    sy = sum(w * y for _, y, w in points)
-    sxy = sum(w * x * y for x, y, w in points)
+    sw = sx = sxx = sy = sxy = 0.0
+    for x, y, w in points:  # (one pass: the controller fits this line every round)
+        sw += w
+        sx += w * x
+        sxx += w * x * x
+        sy += w * y
+        sxy += w * x * y
     det = sw * sxx - sx * sx
     slope = (sw * sxy - sx * sy) / det if det > 0 else 0.0
     y0 = (sy - slope * sx) / sw if sw > 0 else 0.0

@@ -46,10 +46,20 @@ class TargetRows:
         return row
 
 
+class _RowArgmax:
+    """argmax of the target's row i, computed when asked (a `Sequence` for `accept_greedy`)."""
+
+    def __init__(self, ctx: Target) -> None:
+        self._ctx = ctx
+
+    def __getitem__(self, i: int) -> int:
+        return int(self._ctx.logits(i).argmax())
+
+
 def pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generator) -> int:
     """The target's token from one row: argmax when greedy, else a draw."""
     if sampling.greedy:
-        return int(np.argmax(logits))
+        return int(logits.argmax())
     return sample(probabilities(logits, sampling), rng)
 
 
@@ -193,10 +203,9 @@ class RoundRunner:
         return r
 
     def _accept(self, draft_tokens: tuple[int, ...], q_rows: tuple) -> Verdict:
-        kd = len(draft_tokens)
         if self.rule is AcceptRule.GREEDY:
-            argmax = [int(np.argmax(self.target.logits(i))) for i in range(kd + 1)]
-            return accept_greedy(draft_tokens, argmax)
+            # row i's argmax only where the drafts before it were kept: n_accepted + 1 rows, not K + 1
+            return accept_greedy(draft_tokens, _RowArgmax(self.target))
         rows = TargetRows(self.target, self.sampling)
         if self.rule is AcceptRule.REJECTION:
             return accept_rejection(draft_tokens, q_rows=q_rows, p_rows=rows, rng=self.rng,

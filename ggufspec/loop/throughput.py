@@ -84,26 +84,30 @@ class Rates(CostModel):
                     best = (k, rate)
         return best
 
-    @per_state
     def throughput(self, name: str, prior_rate: float | None, *, pooled: bool = False) -> float | None:
         """R_s (P_s where `pooled`): a source's realized tokens a second, shrunk (module docstring)."""
+        return self._throughputs(name, prior_rate)[1 if pooled else 0]
+
+    @per_state
+    def _throughputs(self, name: str, prior_rate: float | None) -> tuple[float | None, float | None]:
+        """(R_s, P_s): `choose` asks both of each source."""
         a = self.base_s()
         s = self._source(name)
         d = self._drafters.get(name)
         t = s.round_s(a) if a is not None else None  # t_s
-        m_g = self.settings.prompt_prior_rounds
-        if (d is not None and d.free and self.settings.free_prompt and not pooled and prior_rate is not None
-                and t is not None):
-            rate, m_g = prior_rate, self.settings.prior_rounds  # full information: the prompt's own curve
+        st = self.settings
+        m = st.prior_rounds if prior_rate is not None else 0.0
+        num = s.tokens + (m * prior_rate * t if prior_rate is not None and t is not None else 0.0)
+        den = s.seconds + (m * t if t is not None else 0.0)
+        pooled = num / den if den > 0 else prior_rate  # P_s
+        if d is not None and d.free and st.free_prompt and prior_rate is not None and t is not None:
+            rate, m_g = prior_rate, st.prior_rounds  # full information: the prompt's own curve
+        elif pooled is None or t is None or not st.two_level:
+            return pooled, pooled
         else:
-            m = self.settings.prior_rounds if prior_rate is not None else 0.0
-            num = s.tokens + (m * prior_rate * t if prior_rate is not None and t is not None else 0.0)
-            den = s.seconds + (m * t if t is not None else 0.0)
-            rate = num / den if den > 0 else prior_rate
-            if pooled or rate is None or t is None or not self.settings.two_level:
-                return rate
+            rate, m_g = pooled, st.prompt_prior_rounds
         den = s.cur_seconds + m_g * t
-        return (s.cur_tokens + m_g * rate * t) / den if den > 0 else rate
+        return ((s.cur_tokens + m_g * rate * t) / den if den > 0 else rate), pooled
 
     def _decay_accepts(self, m: DrafterModel, *, observed: bool = False) -> None:
         """Age `m`'s counts to now (`idle_decay` a round) and, when a new observation comes,
