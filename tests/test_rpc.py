@@ -394,16 +394,18 @@ def test_vram_budgets_workers_first(workers: str, tiny_target: Path) -> None:
 
 def test_bench_sweep_ngl_over_workers(workers: str, tiny_target: Path, tiny_draft: Path, tmp_path: Path) -> None:
     r = _cli("bench", "--target", str(tiny_target), "--draft", str(tiny_draft), "--rpc", workers,
-             "--sweep-ngl", "0,all", "--limit", "1", "--repeats", "1", "-n", "8", "--no-peers", "--out",
-             str(tmp_path), "--json")
+             "--sweep-ngl", "0,all", "--ngld", "all", "--limit", "1", "--repeats", "1", "-n", "8", "--no-peers",
+             "--out", str(tmp_path), "--json")
     assert r.returncode == 0, r.stderr
     points = json.loads(r.stdout)["points"]
     n = read_model_info(tiny_target).n_layer + 1
     assert [p["ngl"] for p in points] == ["0", "all"]
     assert [p["target_layers_offloaded"] for p in points] == [0, n]
+    # --ngld holds at every point (it was ignored: the draft stayed where "auto" put it, the CPU)
+    assert [p["draft_layers_offloaded"] for p in points] == [read_model_info(tiny_draft).n_layer + 1] * 2
     assert all(p["identical"] and p["alone_tps"] > 0 and p["spec_tps"] > 0 and p["speedup"] > 0 for p in points)
     saved = json.loads((tmp_path / "sweep_ngl.json").read_text())
-    assert saved["points"] == points and saved["meta"]["rpc"] == workers
+    assert saved["points"] == points and saved["meta"]["rpc"] == workers and saved["meta"]["ngld"] == "all"
     assert (tmp_path / "sweep_ngl.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "sweep_ngl.csv").read_text().splitlines()[0].startswith("ngl,target_layers_offloaded")
 

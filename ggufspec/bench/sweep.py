@@ -2,21 +2,21 @@
 target layers offloaded (to GPUs, or to RPC workers with --rpc): tokens/s, speedup and accept
 rate per point, and a plot of tokens/s against layers offloaded.
 
-Each point loads the pair once with `--ngl N` (the draft where the planner puts it: a local GPU,
-else the CPU), then runs every prompt `repeats` times, greedy, the target alone and speculative
+Each point loads the pair once with `--ngl N` (the draft's layers as `--ngld` says; auto: where
+the planner puts them, a local GPU, else the CPU), then runs every prompt `repeats` times, greedy, the target alone and speculative
 turn about. Files in --out: sweep_ngl.json, sweep_ngl.csv, sweep_ngl.md, sweep_ngl.png.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ggufspec.bench.atomic import write_atomic
 from ggufspec.errors import UserError
 from ggufspec.loop.speculation import SpeculativeSettings
 from ggufspec.settings import ContextSettings, Layers, PairSettings
@@ -28,6 +28,7 @@ class SweepPoint:
 
     ngl: str  # as given: a count or "all"
     target_layers_offloaded: int  # blocks and the output layer off the CPU
+    draft_layers_offloaded: int  # ... of the draft model
     devices: tuple[dict, ...]  # run --json's "devices" for this point
     alone_tps: float
     spec_tps: float
@@ -55,17 +56,18 @@ def parse_ngl_list(text: str) -> tuple[Layers, ...]:
 
 def run_sweep(*, target: str | None, draft: str | None, prompts: Sequence[object], ngl_values: Sequence[Layers],
               max_tokens: int, repeats: int, n_ctx: int, n_threads: int | None, rpc: str | None,
-              speculative: SpeculativeSettings | None = None,
+              draft_layers: Layers = "auto", speculative: SpeculativeSettings | None = None,
               progress: Callable[[str], None] | None = None) -> list[SweepPoint]:
     """Run the sweep (see the module docstring); one SweepPoint per layer count, in order.
-    `speculative`: the speculative runs' settings (bench's speculation flags; None: the defaults)."""
+    `draft_layers`: the draft's layers off the CPU at every point (--ngld); `speculative`: the
+    speculative runs' settings (bench's speculation flags; None: the defaults)."""
     from ggufspec.runtime import load_pair
 
     spec = speculative or SpeculativeSettings()
     points: list[SweepPoint] = []
     for ngl in ngl_values:
         settings = PairSettings(context=ContextSettings(n_ctx=n_ctx, n_threads=n_threads), n_gpu_layers=ngl,
-                                n_gpu_layers_draft="auto", rpc=(rpc,) if rpc else ())
+                                n_gpu_layers_draft=draft_layers, rpc=(rpc,) if rpc else ())
         with load_pair(target=target, draft=draft, settings=settings) as pair:
             if not pair.drafters:
                 raise UserError("--sweep-ngl compares speculative decoding with the target alone; give a --draft model")
@@ -92,48 +94,36 @@ def run_sweep(*, target: str | None, draft: str | None, prompts: Sequence[object
                     identical = identical and a.tokens == s.tokens
                     runs += 1
             offloaded = sum(d.target_layers for d in pair.devices if d.kind != "cpu")
+            draft_offloaded = sum(d.draft_layers for d in pair.devices if d.kind != "cpu")
             alone_tps = alone_t / alone_s if alone_s else 0.0
             spec_tps = spec_t / spec_s if spec_s else 0.0
             points.append(SweepPoint(
-                ngl=str(ngl), target_layers_offloaded=offloaded, devices=tuple(d.as_dict() for d in pair.devices),
+                ngl=str(ngl), target_layers_offloaded=offloaded, draft_layers_offloaded=draft_offloaded, devices=tuple(d.as_dict() for d in pair.devices),
                 alone_tps=round(alone_tps, 2), spec_tps=round(spec_tps, 2),
                 speedup=round(spec_tps / alone_tps, 3) if alone_tps else 0.0,
                 accept_rate=round(accepted / drafted, 4) if drafted else 0.0, identical=identical, runs=runs))
     return points
 
 
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_sweep(points: Sequence[SweepPoint], out: Path, *, meta: dict, plot: bool = True) -> list[Path]:
     """sweep_ngl.json / .csv / .md (and .png) in `out`, each written atomically."""
     out.mkdir(parents=True, exist_ok=True)
     rows = [asdict(p) for p in points]
-    files = [_atomic_write(out / "sweep_ngl.json",
-                           lambda t: t.write_text(json.dumps({"meta": meta, "points": rows}, indent=1) + "\n"))]
-    cols = ["ngl", "target_layers_offloaded", "alone_tps", "spec_tps", "speedup", "accept_rate", "identical", "runs"]
-
-    def write_csv(t: Path) -> None:
-        with t.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(cols)
-            for r in rows:
-                w.writerow([r[c] for c in cols])
-    files.append(_atomic_write(out / "sweep_ngl.csv", write_csv))
-    md = ["| --ngl | target layers offloaded | target alone tok/s | speculative tok/s | speedup | accept rate | greedy identical |",
-          "|---|---|---|---|---|---|---|"]
-    md += [f"| {p.ngl} | {p.target_layers_offloaded} | {p.alone_tps:.1f} | {p.spec_tps:.1f} | {p.speedup:.2f}x | "
+    files = [write_atomic(out / "sweep_ngl.json", json.dumps({"meta": meta, "points": rows}, indent=1) + "\n")]
+    cols = ["ngl", "target_layers_offloaded", "draft_layers_offloaded", "alone_tps", "spec_tps", "speedup",
+            "accept_rate", "identical", "runs"]
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(cols)
+    for r in rows:
+        w.writerow([r[c] for c in cols])
+    files.append(write_atomic(out / "sweep_ngl.csv", buf.getvalue()))
+    md = ["| --ngl | target layers offloaded | draft layers offloaded | target alone tok/s | speculative tok/s | speedup "
+          "| accept rate | greedy identical |",
+          "|---|---|---|---|---|---|---|---|"]
+    md += [f"| {p.ngl} | {p.target_layers_offloaded} | {p.draft_layers_offloaded} | {p.alone_tps:.1f} | {p.spec_tps:.1f} | {p.speedup:.2f}x | "
            f"{p.accept_rate:.0%} | {'yes' if p.identical else 'NO'} |" for p in points]
-    files.append(_atomic_write(out / "sweep_ngl.md", lambda t: t.write_text("\n".join(md) + "\n")))
+    files.append(write_atomic(out / "sweep_ngl.md", "\n".join(md) + "\n"))
     if plot:
         files.append(_plot(points, out / "sweep_ngl.png", title=str(meta.get("title", ""))))
     return files
@@ -159,9 +149,9 @@ def _plot(points: Sequence[SweepPoint], path: Path, *, title: str) -> Path:
     ax.legend()
     fig.tight_layout()
 
-    def save(t: Path) -> None:
-        fig.savefig(t, dpi=120, format="png")
+    buf = io.BytesIO()
     try:
-        return _atomic_write(path, save)
+        fig.savefig(buf, dpi=120, format="png")
     finally:
         plt.close(fig)
+    return write_atomic(path, buf.getvalue())

@@ -302,9 +302,9 @@ def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int, *, specula
     err = Console(stderr=True, highlight=False)
     points = run_sweep(target=refs.target, draft=draft, prompts=prompts, ngl_values=ngl_values,
                        max_tokens=args.max_tokens, repeats=repeats, n_ctx=args.ctx, n_threads=args.threads,
-                       rpc=args.rpc, speculative=speculative, progress=lambda msg: err.print(f"[dim]{msg}[/]"))
-    meta = {"target": str(refs.target), "draft": str(draft), "rpc": args.rpc, "prompts": len(prompts),
-            "repeats": repeats, "max_tokens": args.max_tokens,
+                       rpc=args.rpc, draft_layers=parse_layers(args.ngld, flag="--ngld"), speculative=speculative, progress=lambda msg: err.print(f"[dim]{msg}[/]"))
+    meta = {"target": str(refs.target), "draft": str(draft), "rpc": args.rpc, "ngld": args.ngld,
+            "prompts": len(prompts), "repeats": repeats, "max_tokens": args.max_tokens,
             "title": f"tokens/s against target layers offloaded{' (RPC ' + args.rpc + ')' if args.rpc else ''}"}
     files = write_sweep(points, Path(args.out), meta=meta, plot=not args.no_plots)
     if args.json:
