@@ -31,7 +31,6 @@ Not-a-Bandit (arXiv 2510.20064): full information for a free drafter.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Sequence
 
 from ggufspec.loop.controlsettings import HORIZON, SYNCED, V0, V1, ControlSettings
@@ -59,14 +58,15 @@ class DraftController(Hold):
         `allow_none`: False never chooses the target alone while a drafter can propose;
         `remaining`: tokens the generation may still emit (weighs a catch-up against its gain)."""
         by_key = {self._key(c.name, c.grade): c for c in drafters}
-        keyed = [c if k == c.name else replace(c, name=k) for k, c in by_key.items()]
+        keyed = [c if k == c.name else Candidate(k, c.free, c.match_len, c.backlog, c.kv_shared, c.grade)
+                 for k, c in by_key.items()]  # (the constructor: dataclasses.replace costs ~3 us a call)
         ch = self._choose(drafters=keyed, draft_max=draft_max, draft_min=draft_min, allow_none=allow_none,
                           remaining=remaining)
         if ch.drafter is None:
             return ch
         c = by_key[ch.drafter]
         if not c.free:
-            return replace(ch, extend=self.extend)
+            return Choice(ch.drafter, ch.draft_len, ch.retry, ch.grade, ch.check, ch.check_len, extend=self.extend)
         check, check_len = self._check(ch.drafter, keyed, draft_max=draft_max, lo=max(1, draft_min))
         return Choice(c.name, ch.draft_len, ch.retry, c.grade, check, check_len, extend=self.extend)
 
@@ -197,10 +197,10 @@ class DraftController(Hold):
         if choice is None:
             return
         st = self.settings
-        if choice.drafter is not None and choice.grade and st.grades:
-            choice = replace(choice, drafter=self._key(choice.drafter, choice.grade))
+        name = choice.drafter  # the source: a free drafter's by grade
+        if name is not None and choice.grade and st.grades:
+            name = self._key(name, choice.grade)
         by_source = {self._key(n, v.grade): v for n, v in r.scored.items()}
-        name = choice.drafter
         if name is not None:
             model = self._model(name, free)
             if not self.timed:  # nominal costs: the priors, exactly

@@ -93,9 +93,13 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
     Asked several times a round over the whole history: slices compare in C, and the usual
     answer (one is a prefix of the other, or they part near the end) takes one comparison; else
-    a bisection over prefix equality, O(n log n) in C instead of n steps of Python."""
+    a bisection over prefix equality, O(n log n) in C instead of n steps of Python. Copies
+    only what it must (a tuple's whole slice, and tuple() of a tuple, are the tuple itself):
+    each copy touches every token object, and on a CPU a decode has just evicted them all."""
     n = min(len(a), len(b))
-    a, b = list(a[:n]), list(b[:n])
+    a, b = a[:n], b[:n]
+    if type(a) is not type(b):  # a list never equals a tuple
+        a, b = tuple(a), tuple(b)
     if a == b:
         return n
     lo, hi = 0, n - 1  # a[:lo] == b[:lo]; a[:hi + 1] != b[:hi + 1]
@@ -291,9 +295,13 @@ class LookupDrafter:
 
     def _update(self, history: Sequence[int]) -> None:
         # Histories only grow between rounds; a different one (new request) rebuilds the index.
-        if self._history[: self._indexed] != list(history[: self._indexed]):
+        # (`_history` is the indexed prefix: one copy of it to compare, and the new tokens appended)
+        k = self._indexed
+        head = history[:k]
+        if len(head) < k or self._history != (head if isinstance(head, list) else list(head)):
             self.reset()
-        self._history = list(history)
+            k = 0
+        self._history.extend(history[k:])
         # Index every n-gram that ends strictly before the last token (so a match has a continuation).
         for end in range(max(self._indexed, 1), len(history)):
             for n in range(self.ngram_min, self.ngram_max + 1):
