@@ -591,11 +591,11 @@ def _agreeing(rng: np.random.Generator, alpha: float = 0.96):
     return lambda k: _kept(rng, k, alpha)
 
 
-def _shared_warm_controller(rng: np.random.Generator) -> DraftController:
+def _shared_warm_controller(rng: np.random.Generator, settings: ControlSettings = ControlSettings()) -> DraftController:
     """Three prompts of 40 rounds at 0.96 a draft (K = 8: 7.7 tokens in 5.4 target steps, 1.42x
     the target alone, as the default pair's 65.7 against 45.3 tok/s on the bench's chat), then a
     new generation."""
-    ctrl = DraftController()
+    ctrl = DraftController(settings=settings)
     for _ in range(3):
         ctrl.begin(prefilled=[])
         for _ in range(40):
@@ -714,9 +714,10 @@ def _lookup_round(ctrl: DraftController, *, backlog: int = 0, kv_shared: bool = 
 def test_a_free_drafters_first_proposals_of_a_generation_are_checked_by_the_draft_model() -> None:
     # lookup right every round of a first prompt: on the next, its grade-3 proposals are chosen,
     # and the first `check_rounds` of them carry the model that checks their first token (at the
-    # K the model would run); once this generation has judged that many, lookup runs unchecked
+    # K the model would run); once this generation has judged that many, lookup runs unchecked.
+    # (The schedule, whatever a check pays: rule `check_pricing` off; it is the next test's.)
     rng = np.random.default_rng(0)
-    ctrl = _shared_warm_controller(rng)
+    ctrl = _shared_warm_controller(rng, ControlSettings(check_pricing=False))
     for _ in range(20):
         _lookup_round(ctrl)
     ctrl.begin(prefilled=[])
@@ -733,6 +734,21 @@ def test_a_free_drafters_first_proposals_of_a_generation_are_checked_by_the_draf
         ctrl.observe(Round(choice=Choice("m", 8), drafted=8, accepted=8, emitted=9, round_s=_verify(8) + 8 * 0.45 * A,
                      draft_s=8 * 0.45 * A, scored={"lookup": Scored(8, 8, 3)}))
     assert _lookup_round(ctrl).check is None
+
+
+def test_a_check_runs_only_where_it_pays() -> None:
+    # rule `check_pricing`: a proposal whose first draft the target keeps almost always (lookup
+    # right every round before) is not checked: each check would be a model call that agrees;
+    # one right 60% of the time is (a disagreeing check turns a lost round into the model's)
+    for right, checked in ((1.0, False), (0.6, True)):
+        rng = np.random.default_rng(0)
+        ctrl = _shared_warm_controller(rng)
+        for _ in range(20):
+            _lookup_round(ctrl, right=rng.random() < right)
+        ctrl.begin(prefilled=[])
+        picks = [_lookup_round(ctrl, right=rng.random() < right) for _ in range(6)]
+        assert any(c.drafter == "lookup" for c in picks)
+        assert any(c.check == "m" for c in picks) is checked, (right, picks)
 
 
 def test_no_check_without_a_draft_model_in_step_or_when_switched_off() -> None:

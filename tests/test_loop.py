@@ -18,7 +18,7 @@ from fakes import FakeClock, FakeModel, FakeVocab, assert_follows, greedy_refere
 from ggufspec.errors import UserError
 from ggufspec.loop import clock
 from ggufspec.loop.acceptance import AcceptRule, Variant
-from ggufspec.loop.control import DraftController
+from ggufspec.loop.control import ControlSettings, DraftController
 from ggufspec.loop.drafters import Draft, LookupDrafter, ModelDrafter
 from ggufspec.loop.engine import Generation, generate
 from ggufspec.loop.rounds import Choice, Round, Source
@@ -401,7 +401,7 @@ def test_several_drafters_keep_the_target_distribution(
     counts: Counter = Counter()
     target = FakeModel(t_lm, vocab, clock=fake_clock)
     drafters = [ModelDrafter(FakeModel(d_lm, vocab, clock=fake_clock, t_1=0.004)), LookupDrafter()]
-    controller = DraftController()
+    controller = DraftController(settings=ControlSettings(check_pricing=False))  # checks whenever due (the path under test)
     seeds = iter(range(runs))
     if timed:  # seed None (the timed controller), the test's own seeds underneath
         monkeypatch.setattr(SamplingSettings, "rng", lambda self: np.random.default_rng(next(seeds)))

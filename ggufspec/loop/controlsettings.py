@@ -57,6 +57,7 @@ class ControlSettings:
     induced_catchup: bool = True  # a free round is charged the catch-up it leaves the model in play
     recheck: bool = True  # a drafting round under a / 2 re-measures a
     hopeless: bool = True  # a model whose ceiling cannot beat the best other source is left
+    check_pricing: bool = True  # a check runs only where it pays at the measured costs (off: whenever due)
 
     def __post_init__(self) -> None:
         if (self.retry < 1 or self.window < 1 or self.spacing < 1 or self.opening < 0 or self.check_rounds < 0
