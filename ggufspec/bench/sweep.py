@@ -3,8 +3,8 @@ target layers offloaded (to GPUs, or to RPC workers with --rpc): tokens/s, speed
 rate per point, and a plot of tokens/s against layers offloaded.
 
 Each point loads the pair once with `--ngl N` (the draft's layers as `--ngld` says; auto: where
-the planner puts them, a local GPU, else the CPU), then runs every prompt `repeats` times, greedy, the target alone and speculative
-turn about. Files in --out: sweep_ngl.json, sweep_ngl.csv, sweep_ngl.md, sweep_ngl.png.
+the planner puts them, a local GPU, else the CPU), then runs every prompt `repeats` times, greedy,
+the target alone and speculative turn about. Files in --out: sweep_ngl.json, sweep_ngl.csv, sweep_ngl.md, sweep_ngl.png.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ def run_sweep(*, target: str | None, draft: str | None, prompts: Sequence[object
             alone_tps = alone_t / alone_s if alone_s else 0.0
             spec_tps = spec_t / spec_s if spec_s else 0.0
             points.append(SweepPoint(
-                ngl=str(ngl), target_layers_offloaded=offloaded, draft_layers_offloaded=draft_offloaded, devices=tuple(d.as_dict() for d in pair.devices),
+                ngl=str(ngl), target_layers_offloaded=offloaded, draft_layers_offloaded=draft_offloaded,
+                devices=tuple(d.as_dict() for d in pair.devices),
                 alone_tps=round(alone_tps, 2), spec_tps=round(spec_tps, 2),
                 speedup=round(spec_tps / alone_tps, 3) if alone_tps else 0.0,
                 accept_rate=round(accepted / drafted, 4) if drafted else 0.0, identical=identical, runs=runs))
@@ -118,10 +119,11 @@ def write_sweep(points: Sequence[SweepPoint], out: Path, *, meta: dict, plot: bo
     for r in rows:
         w.writerow([r[c] for c in cols])
     files.append(write_atomic(out / "sweep_ngl.csv", buf.getvalue()))
-    md = ["| --ngl | target layers offloaded | draft layers offloaded | target alone tok/s | speculative tok/s | speedup "
-          "| accept rate | greedy identical |",
+    md = ["| --ngl | target layers offloaded | draft layers offloaded | target alone tok/s | speculative tok/s "
+          "| speedup | accept rate | greedy identical |",
           "|---|---|---|---|---|---|---|---|"]
-    md += [f"| {p.ngl} | {p.target_layers_offloaded} | {p.draft_layers_offloaded} | {p.alone_tps:.1f} | {p.spec_tps:.1f} | {p.speedup:.2f}x | "
+    md += [f"| {p.ngl} | {p.target_layers_offloaded} | {p.draft_layers_offloaded} | {p.alone_tps:.1f} | "
+           f"{p.spec_tps:.1f} | {p.speedup:.2f}x | "
            f"{p.accept_rate:.0%} | {'yes' if p.identical else 'NO'} |" for p in points]
     files.append(write_atomic(out / "sweep_ngl.md", "\n".join(md) + "\n"))
     if plot:

@@ -40,7 +40,7 @@ from pathlib import Path
 from ggufspec.commands import add_draft_kv_argument, add_pair_argument, add_rpc_argument
 from ggufspec.commands.speculation_args import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
-from ggufspec.settings import check_threads, parse_layers
+from ggufspec.settings import Layers, check_threads, parse_layers
 
 QUICK_PROMPTS = {"chat": 3, "code": 1, "summarise": 1}  # per prompt set
 FULL_DRAFT_QUANTS = "Q4_0,Q2_K"
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep_ngl is not None or args.rpc:
         if args.ngl != "auto":
             raise UserError("--sweep-ngl sets the target's layers itself; drop --ngl")
-        return _sweep_ngl(args, prompts, repeats, speculative=speculative)
+        return _sweep_ngl(args, prompts, repeats, speculative=speculative, draft_layers=layers["n_gpu_layers_draft"])
     if args.regimes is not None:
         if args.target or args.draft or args.pair or args.draft_quants:
             raise UserError("--regimes names its own targets and drafts; drop --target/--draft/--pair/--draft-quants")
@@ -285,7 +285,7 @@ def _regimes(args: argparse.Namespace, prompts: list, repeats: int, *, sweep_dra
     return 0
 
 
-def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int, *, speculative) -> int:
+def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int, *, speculative, draft_layers: Layers) -> int:
     """`--sweep-ngl`: ggufspec.bench.sweep (layers offloaded against tokens/s and speedup)."""
     from rich.console import Console
 
@@ -302,7 +302,8 @@ def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int, *, specula
     err = Console(stderr=True, highlight=False)
     points = run_sweep(target=refs.target, draft=draft, prompts=prompts, ngl_values=ngl_values,
                        max_tokens=args.max_tokens, repeats=repeats, n_ctx=args.ctx, n_threads=args.threads,
-                       rpc=args.rpc, draft_layers=parse_layers(args.ngld, flag="--ngld"), speculative=speculative, progress=lambda msg: err.print(f"[dim]{msg}[/]"))
+                       rpc=args.rpc, draft_layers=draft_layers, speculative=speculative,
+                       progress=lambda msg: err.print(f"[dim]{msg}[/]"))
     meta = {"target": str(refs.target), "draft": str(draft), "rpc": args.rpc, "ngld": args.ngld,
             "prompts": len(prompts), "repeats": repeats, "max_tokens": args.max_tokens,
             "title": f"tokens/s against target layers offloaded{' (RPC ' + args.rpc + ')' if args.rpc else ''}"}

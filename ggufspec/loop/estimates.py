@@ -15,17 +15,20 @@ ALPHA_MODEL = 0.8  # prior per-token accept rate of a draft model
 ALPHA_FREE = 0.6  # ... of prompt lookup, where it found a match
 
 
+_NO_ANSWER: tuple[tuple[int, bool], int, float, float | None] = ((0, False), 1, 0.0, None)  # holds for no round
+
+
 class Samples:
     """The last `window` timing samples; their median, preferring those of the last `horizon` rounds."""
 
     def __init__(self, window: int) -> None:
         self._items: deque[tuple[int, float]] = deque(maxlen=window)
         # the last answer: ((horizon, low), first round, last round it holds for, value)
-        self._memo: tuple[tuple[int, bool], int, float, float | None] = ((0, False), 1, 0.0, None)
+        self._memo = _NO_ANSWER
 
     def add(self, now: int, value: float) -> None:
         self._items.append((now, value))
-        self._memo = ((0, False), 1, 0.0, None)
+        self._memo = _NO_ANSWER
 
     def median(self, now: int, horizon: int, *, low: bool = False) -> float | None:
         """The low median (`low`: the minimum) of the fresh samples, or of all when none is fresh."""
