@@ -1,13 +1,15 @@
 """A change of the draft controller's settings, A/B in lockstep on the real default pair.
 
-Arms, each on its own fork of the default pair, warmed by one untimed generation, run step by step
-together on each prompt (ggufspec.bench.lockstep): the target alone, fixed K = 8 (Q4_1), the
-default pair's drafters under `ControlSettings(**OLD)` and `DraftLengthSettings(**OLD)` ("old";
-KEY names a field of either) and under NEW ("new"; the defaults where not given), one controller per arm kept across prompts. A prompt set
+Arms, each on its own fork of the default pair (or --regime's target and drafters), warmed by one
+untimed generation, run step by step together on each prompt (ggufspec.bench.lockstep): the target
+alone, fixed K = 8 (the draft model), the drafters under `ControlSettings(**OLD)` and
+`DraftLengthSettings(**OLD)` ("old"; KEY names a field of either) and under NEW ("new"; the defaults
+where not given), one controller per arm kept across prompts. A prompt set
 (tuned unless told: decisions are made on it only), 128 tokens, greedy.
 
     .venv/bin/python scripts/control_ab.py PASSES OUT.json --old check_rounds=0 [--new KEY=VAL ...]
-        [--set tuned|heldout] [--categories chat,code]   # 2 passes of the tuned set: ~15 min on the 2-core EPYC
+        [--set tuned|heldout] [--categories chat,code] [--limit N] [--regime as-1b]
+        # 2 passes of the tuned set on the default pair: ~15 min on the 2-core EPYC
     .venv/bin/python scripts/control_ab.py --report OUT.json
 
 Measured:
@@ -73,6 +75,8 @@ def main() -> None:
     ap.add_argument("--new", nargs="*", default=[], metavar="KEY=VAL")
     ap.add_argument("--set", default="tuned", choices=("tuned", "heldout"))
     ap.add_argument("--categories", default=None)
+    ap.add_argument("--regime", default="default", help="a regime of `bench --regimes` (its target and drafters)")
+    ap.add_argument("--limit", type=int, default=None, help="the first N prompts of the set")
     args = ap.parse_args()
     (old, old_len), (new, new_len) = _settings(args.old), _settings(args.new)
     if (old, old_len) == (new, new_len):
@@ -80,6 +84,7 @@ def main() -> None:
 
     from ggufspec.bench.lockstep import interleave
     from ggufspec.bench.prompts import load_prompts
+    from ggufspec.bench.regimes import parse_regimes
     from ggufspec.loop.control import DraftController
     from ggufspec.loop.engine import generate
     from ggufspec.loop.sampling import SamplingSettings
@@ -88,8 +93,10 @@ def main() -> None:
     from ggufspec.settings import ContextSettings, PairSettings
 
     cats = args.categories.split(",") if args.categories else None
-    prompts = [p for p in load_prompts(prompt_set=args.set) if cats is None or p.category in cats]
-    pair = load_pair(settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=0, n_gpu_layers_draft=0))
+    prompts = [p for p in load_prompts(prompt_set=args.set) if cats is None or p.category in cats][:args.limit]
+    regime = parse_regimes(args.regime)[0]
+    pair = load_pair(target=regime.target, draft=list(regime.drafts),
+                     settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=0, n_gpu_layers_draft=0))
     model = [d for d in pair.drafters if d.name != "lookup"]
     arms = {
         "alone": ((), SpeculativeSettings(), None),
@@ -120,7 +127,7 @@ def main() -> None:
                                                      dict(g.stats.drafter_rounds), dict(g.stats.k_hist),
                                                      g.stats.extended, g.stats.extended_accepted])
         print(f"pass {r + 1}/{args.passes} {time.strftime('%H:%M:%S')}", flush=True)
-        json.dump({"cat": {p.id: p.category for p in prompts}, "res": res,
+        json.dump({"cat": {p.id: p.category for p in prompts}, "res": res, "regime": regime.name,
                    "old": args.old, "new": args.new, "set": args.set}, open(args.out, "w"))
     report(args.out)
 

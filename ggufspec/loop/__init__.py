@@ -6,7 +6,8 @@
   control     which drafter and how many tokens each round (`DraftController`), built on
               costmodel (a, V(K), D(K), T(K), the best K), throughput (realized rates, accept
               curves), catchup (what a draft model's backlog costs), exploration (retries,
-              opening, spacing) and controlsettings (`ControlSettings`)
+              opening, spacing, prefill), hold, checks (a free proposal met by the model's
+              first token) and controlsettings (`ControlSettings`)
   estimates   the controller's running estimates: timing samples, acceptance counts, rates
   drafters    who proposes: a draft model, prompt lookup (the `Drafter` protocol)
   speculation the speculation settings (`DraftLengthSettings`, `SpeculativeSettings`) and their builders

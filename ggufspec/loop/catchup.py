@@ -6,8 +6,9 @@ Rule `catchup_pricing`: a drafter with a backlog runs only where what it saves o
 `remaining` tokens of the generation pays for the catch-up,
     remaining (1 / R_other - 1 / R_d) >= (backlog - SYNCED) u_d
 with R_d its estimate; for a retry, the better of it and P_d (and the prior rate at alpha0 where
-P_d is within `close` of R_other). A retry deferred so is due again at the next prompt, when the
-model is prefilled with it (`wants`, at the measured prefill cost a token).
+P_d is within `close` of R_other, or where the model ran fewer than retry / 4 rounds: rule
+`unsettled`, a cold start's estimate is a few rounds' luck). A retry deferred so is due again at
+the next prompt, when the model is prefilled with it (`wants`, at the measured prefill cost a token).
 
 Rule `induced_catchup`: a free drafter's round is charged the catch-up it leaves the draft model
 in play (the model drafter run last, within `retry` rounds): its emitted tokens times u_m.
@@ -55,12 +56,17 @@ class CatchUp(Rates):
             if self._pays(n, backlog[n], rates[n], other, horizon):
                 continue
             optimistic = max(rates[n], pooled[n])
-            if pooled[n] >= self.settings.close * other:  # a close race: the prior's optimism too
-                optimistic = max(optimistic, prior[n])
+            if pooled[n] >= self.settings.close * other or self._unsettled(n):
+                optimistic = max(optimistic, prior[n])  # a close race or a few rounds' luck: the prior's optimism
             if not self._pays(n, backlog[n], optimistic, other, horizon):
                 del options[n]  # not even a retry pays now: due again at the next prompt
             else:
                 rates[n] = min(rates[n], other * (1 - 1e-9))  # a retry may run it, the estimates not
+
+    def _unsettled(self, name: str) -> bool:
+        """Rule `unsettled`: draft model `name` ran fewer than `retry` / 4 rounds, so its estimate is
+        a few rounds' luck (a cold start's first rounds)."""
+        return self.settings.unsettled and self._source(name).runs < self.settings.retry / 4
 
     def _induced_s(self, name: str | None, free: bool, emitted: int, shared: set[str]) -> float:
         """Catch-up a free drafter's round leaves to the draft model in play (module docstring)."""

@@ -16,10 +16,8 @@ at `winsor` T(K) (rule `winsor`).
 
 Hold (`hold`, ggufspec.loop.hold): a clear choice stands a few rounds without pricing the sources.
 
-Check (`check_rounds`): a free drafter's proposal chosen while this generation judged fewer than
-`check_rounds` proposals of its grade runs only if the in-step draft model's first token agrees
-with its first; else the round is the model's. Only where the check pays at the measured costs
-(rule `check_pricing`, `_check_pays`).
+Check (`check_rounds`, ggufspec.loop.checks): a free drafter's proposal may first meet the
+in-step draft model's first token.
 
 Extension (`extend`): a draft model's full proposal takes the longest e tokens of a free drafter's
 continuation with pi_model(K) pi_free(e) / R >= v (v the verify line's slope, R the best rate).
@@ -36,13 +34,13 @@ from typing import Sequence
 
 from ggufspec.loop.controlsettings import HORIZON, SYNCED, V0, V1, ControlSettings
 from ggufspec.loop.estimates import B_MODEL, Samples
-from ggufspec.loop.hold import Hold
+from ggufspec.loop.checks import Checks
 from ggufspec.loop.rounds import NONE, Candidate, Choice, Round
 
 __all__ = ["SYNCED", "ControlSettings", "DraftController"]
 
 
-class DraftController(Hold):
+class DraftController(Checks):
     """Chooses each round's drafter and draft length; learns from `observe`. One per pair, kept
     across generations (its estimates are the machine's and the drafters', not one prompt's)."""
 
@@ -72,61 +70,6 @@ class DraftController(Hold):
                                        draft_len=ch.draft_len)
         return Choice(c.name, ch.draft_len, ch.retry, c.grade, check, check_len, extend=self.extend)
 
-    def _check(self, source: str, drafters: Sequence[Candidate], *, draft_max: int, lo: int,
-               draft_len: int) -> tuple[str | None, int]:
-        """(draft model, its K) that checks free source `source`'s proposal of `draft_len` tokens
-        this round, or (None, 0): the in-step model with the best modelled rate, while this
-        generation has judged fewer than `check_rounds` proposals of the source, not one whose
-        ceiling is under the target alone's rate, and where the check pays (`_check_pays`).
-        Lossless: the model's token is no output of the target (at T > 0 the proposal's first
-        token is the model's draw, verified with its q)."""
-        m = self._drafters.get(source)
-        judged = m.gen_drafted_at[0] if m is not None and m.gen_drafted_at else 0.0
-        if judged >= self.settings.check_rounds:
-            return None, 0
-        # not a model hopeless against the target alone: each check is its call, the cache import
-        # included (the replay's H200 rows were 1.2-1.4% better without)
-        alone = {NONE: self._rates.get(NONE, 0.0)}
-        models = [c for c in drafters if not c.free and (c.kv_shared or c.backlog <= SYNCED)
-                  and not self._hopeless(c.name, alone, lo=lo, cap=draft_max)]
-        if not models:
-            return None, 0
-        best = {c.name: self.best_len(c.name, lo=lo, cap=draft_max) for c in models}
-        name = max(best, key=lambda n: best[n][1] if best[n] is not None else 0.0)  # type: ignore[index]
-        chosen = best[name]
-        if chosen is None:  # unmeasured: the check as before
-            return name, min(draft_max, max(lo, 4))
-        k = chosen[0]
-        if self.settings.check_pricing and self.timed and not self._check_pays(
-                source, name, k, chosen[1], draft_len, cap=draft_max):
-            return None, 0
-        return name, k
-
-    def _check_pays(self, source: str, model: str, k: int, rate_m: float, draft_len: int, *, cap: int) -> bool:
-        """Rule `check_pricing`: does checking `source`'s proposal of `draft_len` tokens with
-        `model` at K = `k` (its modelled rate `rate_m`) pay? A check that agrees (p: the source's
-        first draft kept, by this generation's judged proposals over the prior alpha0) costs the
-        model's first call f; one that disagrees turns a round whose first draft the target
-        rejects (1 token in V(K_s)) into the model's round (E_m(K) tokens in T_m(K)). Valued at R,
-        the chosen source's rate (a round's surplus: tokens - R seconds), the check pays where
-            (1 - p) [T_m(K) (r_m - R) - 1 + R V(K_s)] > p R f,    r_m = E_m(K) / T_m(K)
-        Unmeasured (or counted: nominal costs), it pays. Where a model's call costs most of a target
-        step and the free drafter wins (gemma3-270m's 262k vocabulary beside lookup on plain text:
-        73 checks in 16 generations of the regime bench, 4-9% of their time), it does not."""
-        rate = self._rates.get(source)
-        costs = self.round_costs(model, cap)  # (the memo `best_len` filled)
-        f = self.draft_cost_s(model, 1)
-        v = self.verify_s(draft_len)
-        if not rate or costs is None or f is None or v is None:
-            return True
-        # this generation's first drafts of the source, over its prior alpha0 (a new prompt's
-        # matches are not its past prompts': the reason for checks)
-        m, w = self._drafters[source], self.settings.free_prior_obs
-        judged, kept = (m.gen_drafted_at[0], m.gen_accepted_at[0]) if m.gen_drafted_at else (0.0, 0.0)
-        p = (kept + w * m.alpha0) / (judged + w)
-        gain = costs[k] * (rate_m - rate) - 1.0 + rate * v
-        return (1.0 - p) * gain > p * rate * f
-
     def _choose(
         self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int, allow_none: bool,
         remaining: int | None,
@@ -134,11 +77,16 @@ class DraftController(Hold):
         """`choose` with each candidate named by its source (`_key`)."""
         lo = max(1, draft_min)
         caps: dict[str, int] = {NONE: 0}
+        # the generation's last tokens cap K (draft_max = remaining - 1): a model is judged for
+        # the next prompt (its prior, whether it is hopeless) at the K it drafts otherwise
+        tail = remaining is not None and draft_max >= remaining - 1
         for c in drafters:
             self._model(c.name, c.free)
             cap = draft_max if c.match_len is None else min(draft_max, c.match_len)
             if cap >= lo:
-                caps[c.name] = self._caps[c.name] = cap
+                caps[c.name] = cap
+                if not tail or c.name not in self._caps:
+                    self._caps[c.name] = cap
         models = tuple(n for n in caps if n != NONE and not self._drafters[n].free)
         if self._held(caps, models, lo, allow_none):
             return Choice(None, 0)
@@ -163,9 +111,9 @@ class DraftController(Hold):
         self._rates = rates
         self._pooled = {n: self.throughput(n, r, pooled=True) or 0.0 for n, (_, r) in options.items()}
         # a draft model's prior rate (alpha0, the measured costs): the optimism of a catch-up or a prefill
-        self._prior = {n: self.prior_rate(n, lo=lo, cap=caps[n]) or 0.0 for n in options
+        self._prior = {n: self.prior_rate(n, lo=lo, cap=self._caps[n]) or 0.0 for n in options
                        if n != NONE and not self._drafters[n].free}
-        self._hopeless_now = {n for n in self._prior if self._hopeless(n, rates, lo=lo, cap=caps[n])}
+        self._hopeless_now = {n for n in self._prior if self._hopeless(n, rates, lo=lo, cap=self._caps[n])}
         shared = self._shared = {c.name for c in drafters if c.kv_shared}
         opening = self._open(drafters, options, rates, caps, lo, remaining)
         if opening is not None:
@@ -268,7 +216,10 @@ class DraftController(Hold):
                     m.per_token.add(self.round, max(0.0, draft_s - draft_first_s) / (draft_calls - 1))
             else:
                 m.per_token.add(self.round, max(0.0, draft_s) / max(1, drafted - extended))
-            self._verify.setdefault(drafted, Samples(st.window)).add(self.round, vp)  # rows, whoever proposed them
+            v_k = self._verify.get(drafted)
+            if v_k is None:
+                v_k = self._verify[drafted] = Samples(st.window)
+            v_k.add(self.round, vp)  # rows, whoever proposed them
             own = drafted - extended  # the model's drafts: its curve's positions
             self._record_accepts(name, own, min(accepted, own), emitted)
             if extended and r.extended_by is not None and accepted >= own:  # the continuation was judged

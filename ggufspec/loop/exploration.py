@@ -27,6 +27,10 @@ steps: every 128 rounds that was 1.5-3.5% of the time, where nothing pays.
 
 Prefill (`wants`): a draft model is prefilled with a new prompt when never run, the leader, within
 `close` of it, or due for a retry, and its expected gain pays for the prefill (ggufspec.loop.catchup);
+or where it ran fewer than retry / 4 rounds and its few-run retry is due (rule `unsettled`: a
+cold start, whose first rounds' luck would otherwise decide for prompts on end: a model that does
+not share the target's cache and is not prefilled misses the whole prompt, a catch-up that rarely
+pays);
 or, whatever the estimates, once the time since it ran is 1 / `explore_share` times the prefill's
 and its opening's cost (exploration bounded to that share of the time; it then opens in full).
 """
@@ -59,7 +63,7 @@ class Exploration(CatchUp):
         self._clock = 0.0  # seconds charged to every round so far (nominal ones when counted)
         self._ran_s: dict[str, float] = {}  # source -> `_clock` when it last ran
         self._exploring: set[str] = set()  # draft models prefilled for exploration's sake (full opening)
-        self._caps: dict[str, int] = {}  # drafter -> the longest K it could draft when last a candidate
+        self._caps: dict[str, int] = {}  # drafter -> the longest K it could draft when last a candidate, not in a tail
         self._hopeless_now: set[str] = set()  # draft models that cannot pay at the measured costs
 
     def _hopeless(self, name: str, rates: Mapping[str, float], *, lo: int, cap: int) -> bool:
@@ -126,7 +130,7 @@ class Exploration(CatchUp):
         close = self._rates.get(name, 0.0) >= self.settings.close * best
         if not (leader or due or close):
             return False
-        if backlog is None or remaining is None:
+        if backlog is None or remaining is None or self._explore_unsettled(name, best):
             return True
         other = max((r for n, r in self._pooled.items() if n != name), default=0.0)
         rate = self._pooled.get(name, 0.0)
@@ -134,13 +138,27 @@ class Exploration(CatchUp):
             rate = max(rate, self._prior.get(name, 0.0))
         if other <= 0.0 or self._pays(name, backlog, rate, other, remaining, prefill=True):
             return True
+        prefill_s = max(0, backlog - SYNCED) * self._prefill_s(name)
         cap = self._caps.get(name, 1)
         opening_s = self.settings.opening * ((self.verify_s(cap) or 0.0) + (self.draft_cost_s(name, cap) or 0.0))
         idle_s = self._clock - self._ran_s.get(name, 0.0)
-        if idle_s * self.settings.explore_share >= max(0, backlog - SYNCED) * self._prefill_s(name) + opening_s:
+        if idle_s * self.settings.explore_share >= prefill_s + opening_s:
             self._exploring.add(name)
             return True
         return False
+
+    def _explore_unsettled(self, name: str, best: float) -> bool:
+        """Rule `unsettled` at a new prompt: a draft model that ran fewer than retry / 4 rounds and
+        is due for its few-run retry is prefilled, its opening the retry, unless even every draft
+        accepted would leave it within `close` of the best (its ceiling). At most retry / 4 such
+        rounds in a controller's life."""
+        s = self._sources.get(name)
+        if s is None or s.last is None or not self._unsettled(name):
+            return False
+        if self.round - s.last < self._interval(name):
+            return False
+        ceiling = self.ceiling_rate(name, lo=1, cap=self._caps.get(name, 1))
+        return ceiling is not None and ceiling * self.settings.close > best
 
     def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
         """A generation starts; the draft models in `prefilled` hold its prompt and open it
