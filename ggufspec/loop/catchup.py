@@ -6,7 +6,7 @@ Rule `catchup_pricing`: a drafter with a backlog runs only where what it saves o
 `remaining` tokens of the generation pays for the catch-up,
     remaining (1 / R_other - 1 / R_d) >= (backlog - SYNCED) u_d
 with R_d its estimate; for a retry, the better of it and P_d (and the prior rate at alpha0 where
-P_d is within `close` of R_other, or where the model ran fewer than retry / 4 rounds: rule
+P_d is within `close` of R_other, or where the model ran fewer than retry / 2 rounds: rule
 `unsettled`, a cold start's estimate is a few rounds' luck). A retry deferred so is due again at
 the next prompt, when the model is prefilled with it (`wants`, at the measured prefill cost a token).
 
@@ -64,9 +64,9 @@ class CatchUp(Rates):
                 rates[n] = min(rates[n], other * (1 - 1e-9))  # a retry may run it, the estimates not
 
     def _unsettled(self, name: str) -> bool:
-        """Rule `unsettled`: draft model `name` ran fewer than `retry` / 4 rounds, so its estimate is
+        """Rule `unsettled`: draft model `name` ran fewer than `retry` / 2 rounds, so its estimate is
         a few rounds' luck (a cold start's first rounds)."""
-        return self.settings.unsettled and self._source(name).runs < self.settings.retry / 4
+        return self.settings.unsettled and self._source(name).runs < self.settings.retry / 2
 
     def _induced_s(self, name: str | None, free: bool, emitted: int, shared: set[str]) -> float:
         """Catch-up a free drafter's round leaves to the draft model in play (module docstring)."""

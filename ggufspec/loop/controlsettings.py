@@ -49,7 +49,7 @@ class ControlSettings:
     first_call: bool = True  # D(K) = f + (K - 1) b (off: K b, b = draft seconds / drafted)
     hysteresis: bool = True  # the draft model in step judged by max(R_s, P_s)
     few_runs: bool = True  # a model run n < 8 times is due after 4 n rounds
-    unsettled: bool = True  # such a model's retry is priced with the prior's optimism; prefilled when due
+    unsettled: bool = True  # a model run < retry / 2 times: a retry priced at the prior, prefilled when due
     optimistic_retry: bool = True  # a retry of a draft model runs at the optimistic K
     k_probe: bool = True  # once every `retry` rounds the chosen model runs at the optimistic K
     free_prompt: bool = True  # a free drafter's curve and rate are this generation's over the pooled

@@ -27,7 +27,7 @@ steps: every 128 rounds that was 1.5-3.5% of the time, where nothing pays.
 
 Prefill (`wants`): a draft model is prefilled with a new prompt when never run, the leader, within
 `close` of it, or due for a retry, and its expected gain pays for the prefill (ggufspec.loop.catchup);
-or where it ran fewer than retry / 4 rounds and its few-run retry is due (rule `unsettled`: a
+or where it ran fewer than retry / 2 rounds and a retry is due (rule `unsettled`: a
 cold start, whose first rounds' luck would otherwise decide for prompts on end: a model that does
 not share the target's cache and is not prefilled misses the whole prompt, a catch-up that rarely
 pays);
@@ -148,9 +148,9 @@ class Exploration(CatchUp):
         return False
 
     def _explore_unsettled(self, name: str, best: float) -> bool:
-        """Rule `unsettled` at a new prompt: a draft model that ran fewer than retry / 4 rounds and
-        is due for its few-run retry is prefilled, its opening the retry, unless even every draft
-        accepted would leave it within `close` of the best (its ceiling). At most retry / 4 such
+        """Rule `unsettled` at a new prompt: a draft model that ran fewer than retry / 2 rounds and
+        is due for a retry is prefilled, its opening the retry, unless even every draft
+        accepted would leave it within `close` of the best (its ceiling). At most retry / 2 such
         rounds in a controller's life."""
         s = self._sources.get(name)
         if s is None or s.last is None or not self._unsettled(name):

@@ -1,0 +1,70 @@
+"""A fresh draft controller's first prompts on a regime: who drafted each prompt's rounds.
+
+A cold start (a new pair, a new server) judges the draft model by its first rounds. This runs
+`runs` fresh controllers, one after the other, on the first `prompts` prompts of a set (128
+tokens, greedy) with a regime's target and drafters (`bench --regimes`), and prints each prompt's
+rounds by source and the cost model's V(K) and D(K) after it (ms, K = 1, 2, 4, 8), so a prompt
+the default sat out (its rounds all "none") shows. Settings: ControlSettings fields as KEY=VAL.
+
+    .venv/bin/python scripts/coldstart.py --regime as-1b --prompts 5 --runs 5 [--set heldout] [unsettled=0 ...]
+
+Measured (docs/bench/regimes-cpu-2026-11-27d): on as-1b, 5 runs of 5 held-out prompts, the model
+sat out prompts 2-5 in 4 of 5 runs with `unsettled=0`, in none of 5 with the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--regime", default="as-1b")
+    ap.add_argument("--set", default="heldout", choices=("tuned", "heldout"))
+    ap.add_argument("--prompts", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("settings", nargs="*", metavar="KEY=VAL", help="ControlSettings fields (booleans 0/1)")
+    args = ap.parse_args()
+
+    from ggufspec.bench.prompts import load_prompts
+    from ggufspec.bench.regimes import parse_regimes
+    from ggufspec.loop.control import ControlSettings, DraftController
+    from ggufspec.loop.engine import generate
+    from ggufspec.loop.sampling import SamplingSettings
+    from ggufspec.loop.speculation import SpeculativeSettings
+    from ggufspec.runtime import load_pair
+    from ggufspec.settings import ContextSettings, PairSettings
+
+    fields = ControlSettings.__dataclass_fields__
+    kw: dict = {}
+    for kv in args.settings:
+        key, _, val = kv.partition("=")
+        if key not in fields or not val:
+            sys.exit(f"error: {kv!r} is no field=value of ControlSettings; fields: {', '.join(fields)}")
+        typ = type(getattr(ControlSettings(), key))
+        kw[key] = val.lower() in ("1", "true", "yes") if typ is bool else typ(val)
+    regime = parse_regimes(args.regime)[0]
+    prompts = load_prompts(prompt_set=args.set)[:args.prompts]
+    pair = load_pair(target=regime.target, draft=list(regime.drafts),
+                     settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=0, n_gpu_layers_draft=0))
+    target, copies = pair.fork(list(pair.drafters))
+    toks = {p.id: pair.encode(messages=p.messages) for p in prompts}
+    for run in range(args.runs):
+        ctl = DraftController(settings=ControlSettings(**kw))
+        print(f"run {run + 1}/{args.runs} {regime.name} {' '.join(args.settings)}", flush=True)
+        for p in prompts:
+            g = generate(target=target, prompt=toks[p.id], drafters=copies, max_tokens=128, cache_prompt=False,
+                         sampling=SamplingSettings(temperature=0.0), speculative=SpeculativeSettings(), controller=ctl)
+            g.run()
+            models = [m for m in ctl._drafters if not ctl._drafters[m].free]
+            v = [round((ctl.verify_s(k) or 0.0) * 1e3) for k in (1, 2, 4, 8)]
+            d = [round((ctl.draft_cost_s(models[0], k) or 0.0) * 1e3) for k in (1, 2, 4, 8)] if models else []
+            print(f"  {p.id}: rounds {dict(g.stats.drafter_rounds)} V(K) {v} D(K) {d}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
