@@ -8,8 +8,8 @@ the default sat out (its rounds all "none") shows. Settings: ControlSettings fie
 
     .venv/bin/python scripts/coldstart.py --regime as-1b --prompts 5 --runs 5 [--set heldout] [unsettled=0 ...]
 
-Measured (docs/bench/regimes-cpu-2026-11-27d): on as-1b, 5 runs of 5 held-out prompts, the model
-sat out prompts 2-5 in 4 of 5 runs with `unsettled=0`, in none of 5 with the default.
+Measured (docs/bench/regimes-cpu-2026-11-27d): on as-1b, 5 held-out prompts, the model sat out 2-4
+of prompts 2-5 in each of 6 runs with `unsettled=0`, none of them in 6 runs with the default.
 """
 
 from __future__ import annotations
