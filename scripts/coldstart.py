@@ -4,7 +4,8 @@ A cold start (a new pair, a new server) judges the draft model by its first roun
 `runs` fresh controllers, one after the other, on the first `prompts` prompts of a set (128
 tokens, greedy) with a regime's target and drafters (`bench --regimes`), and prints each prompt's
 rounds by source and the cost model's V(K) and D(K) after it (ms, K = 1, 2, 4, 8), so a prompt
-the default sat out (its rounds all "none") shows. Settings: ControlSettings fields as KEY=VAL.
+the default sat out (its rounds all "none") shows. Settings: ControlSettings or DraftLengthSettings
+fields as KEY=VAL (scripts/control_ab.py's parsing).
 
     .venv/bin/python scripts/coldstart.py --regime as-1b --prompts 5 --runs 5 [--set heldout] [unsettled=0 ...]
 
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from control_ab import _settings  # noqa: E402  (KEY=VAL: ControlSettings and DraftLengthSettings fields)
 
 
 def main() -> None:
@@ -27,26 +29,20 @@ def main() -> None:
     ap.add_argument("--set", default="heldout", choices=("tuned", "heldout"))
     ap.add_argument("--prompts", type=int, default=5)
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("settings", nargs="*", metavar="KEY=VAL", help="ControlSettings fields (booleans 0/1)")
+    ap.add_argument("settings", nargs="*", metavar="KEY=VAL",
+                    help="ControlSettings or DraftLengthSettings fields (booleans 0/1)")
     args = ap.parse_args()
 
     from ggufspec.bench.prompts import load_prompts
     from ggufspec.bench.regimes import parse_regimes
-    from ggufspec.loop.control import ControlSettings, DraftController
+    from ggufspec.loop.control import DraftController
     from ggufspec.loop.engine import generate
     from ggufspec.loop.sampling import SamplingSettings
     from ggufspec.loop.speculation import SpeculativeSettings
     from ggufspec.runtime import load_pair
     from ggufspec.settings import ContextSettings, PairSettings
 
-    fields = ControlSettings.__dataclass_fields__
-    kw: dict = {}
-    for kv in args.settings:
-        key, _, val = kv.partition("=")
-        if key not in fields or not val:
-            sys.exit(f"error: {kv!r} is no field=value of ControlSettings; fields: {', '.join(fields)}")
-        typ = type(getattr(ControlSettings(), key))
-        kw[key] = val.lower() in ("1", "true", "yes") if typ is bool else typ(val)
+    settings, length = _settings(args.settings)
     regime = parse_regimes(args.regime)[0]
     prompts = load_prompts(prompt_set=args.set)[:args.prompts]
     pair = load_pair(target=regime.target, draft=list(regime.drafts),
@@ -54,11 +50,12 @@ def main() -> None:
     target, copies = pair.fork(list(pair.drafters))
     toks = {p.id: pair.encode(messages=p.messages) for p in prompts}
     for run in range(args.runs):
-        ctl = DraftController(settings=ControlSettings(**kw))
+        ctl = DraftController(settings=settings)
         print(f"run {run + 1}/{args.runs} {regime.name} {' '.join(args.settings)}", flush=True)
         for p in prompts:
             g = generate(target=target, prompt=toks[p.id], drafters=copies, max_tokens=128, cache_prompt=False,
-                         sampling=SamplingSettings(temperature=0.0), speculative=SpeculativeSettings(), controller=ctl)
+                         sampling=SamplingSettings(temperature=0.0), speculative=SpeculativeSettings(length=length),
+                         controller=ctl)
             g.run()
             models = [m for m in ctl._drafters if not ctl._drafters[m].free]
             v = [round((ctl.verify_s(k) or 0.0) * 1e3) for k in (1, 2, 4, 8)]

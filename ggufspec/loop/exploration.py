@@ -130,7 +130,7 @@ class Exploration(CatchUp):
         close = self._rates.get(name, 0.0) >= self.settings.close * best
         if not (leader or due or close):
             return False
-        if backlog is None or remaining is None or self._explore_unsettled(name, best):
+        if backlog is None or remaining is None or self._explore_unsettled(name, s.last, best):
             return True
         other = max((r for n, r in self._pooled.items() if n != name), default=0.0)
         rate = self._pooled.get(name, 0.0)
@@ -147,15 +147,12 @@ class Exploration(CatchUp):
             return True
         return False
 
-    def _explore_unsettled(self, name: str, best: float) -> bool:
-        """Rule `unsettled` at a new prompt: a draft model that ran fewer than retry / 2 rounds and
-        is due for a retry is prefilled, its opening the retry, unless even every draft
-        accepted would leave it within `close` of the best (its ceiling). At most retry / 2 such
-        rounds in a controller's life."""
-        s = self._sources.get(name)
-        if s is None or s.last is None or not self._unsettled(name):
-            return False
-        if self.round - s.last < self._interval(name):
+    def _explore_unsettled(self, name: str, last: int, best: float) -> bool:
+        """Rule `unsettled` at a new prompt: a draft model that ran fewer than retry / 2 rounds (last
+        in round `last`) and is due for a retry is prefilled, its opening the retry, unless even
+        every draft accepted would leave it within `close` of the best (its ceiling). At most
+        retry / 2 such rounds in a controller's life."""
+        if not self._unsettled(name) or self.round - last < self._interval(name):
             return False
         ceiling = self.ceiling_rate(name, lo=1, cap=self._caps.get(name, 1))
         return ceiling is not None and ceiling * self.settings.close > best
