@@ -83,8 +83,9 @@ class CostModel:
         """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (module docstring)."""
         w = self.settings.verify_prior_weight
         pts = [(1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)]  # (K, V(K) - a, weight)
+        now, fresh = self.round, self._fresh()
         for k, samples in self._verify.items():
-            m = samples.median(self.round, self._fresh())
+            m = samples.median(now, fresh)
             if m is not None:
                 pts.append((float(k), m - a, float(min(len(samples), 4))))
         return fit_line(pts)
@@ -137,7 +138,7 @@ class CostModel:
             return None
         v0, v = self._verify_line(a)
         f = self._first_s(name, b)
-        return (a, *(max(a + v0 + v * k + f + (k - 1) * b, 1e-12) for k in range(1, cap + 1)))
+        return (a, *[max(a + v0 + v * k + f + (k - 1) * b, 1e-12) for k in range(1, cap + 1)])
 
     @per_state
     def ceiling_rate(self, name: str, *, lo: int, cap: int) -> float | None:

@@ -4,7 +4,7 @@ counts and costs. `ggufspec.loop.control` decides from them."""
 
 from __future__ import annotations
 
-import statistics
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -37,13 +37,17 @@ class Samples:
         key, first, last, value = self._memo
         if first <= now <= last and key == (horizon, low):  # asked several times a round, and rounds on end
             return value
-        fresh = [(r, v) for r, v in self._items if now - r <= horizon]
-        # the answer holds until the oldest fresh sample ages out (none fresh: until the next sample)
-        last = min(r for r, _ in fresh) + horizon if fresh else float("inf")
-        values = [v for _, v in fresh] if fresh else [v for _, v in self._items]
+        items = self._items
+        if now - items[0][0] <= horizon:  # (the usual case: samples come in round order, all fresh)
+            last, values = items[0][0] + horizon, [v for _, v in items]
+        else:
+            fresh = [(r, v) for r, v in items if now - r <= horizon]
+            # the answer holds until the oldest fresh sample ages out (none fresh: until the next sample)
+            last = fresh[0][0] + horizon if fresh else math.inf
+            values = [v for _, v in fresh] if fresh else [v for _, v in items]
         # a timing is only ever slowed by noise (a stall, llama.cpp's first decode of a new
         # batch shape), never sped up: the low median, or the minimum for the target alone
-        value = min(values) if low else statistics.median_low(values)
+        value = min(values) if low else sorted(values)[(len(values) - 1) // 2]  # (median_low)
         self._memo = ((horizon, low), now, last, value)
         return value
 

@@ -55,16 +55,17 @@ class Rates(CostModel):
         """pi_d(1..n): P(the first i drafts of `name` are all accepted), i = 1..n (module docstring)."""
         m = self._drafters[name]
         self._decay_accepts(m)
-        out, pi, cond = [], 1.0, m.alpha0
+        out, pi, cond, alpha0 = [], 1.0, m.alpha0, m.alpha0
         w = self.settings.free_prior_obs
+        drafted, accepted = m.drafted_at, m.accepted_at  # (the same length: `_record_accepts`)
+        gen_drafted = m.gen_drafted_at if m.free and self.settings.free_prompt else []
         for i in range(n):
-            d = m.drafted_at[i] if i < len(m.drafted_at) else 0.0
-            acc = m.accepted_at[i] if i < len(m.accepted_at) else 0.0
-            cond = (acc + cond) / (d + 1.0)
+            if i < len(drafted):  # (past the measured positions c(j) = c(j - 1))
+                cond = (accepted[i] + cond) / (drafted[i] + 1.0)
             c = cond
-            if m.free and self.settings.free_prompt and i < len(m.gen_drafted_at):
-                c = (m.gen_accepted_at[i] + w * cond) / (m.gen_drafted_at[i] + w)
-            pi *= max(c, m.alpha0) if optimistic else c
+            if i < len(gen_drafted):
+                c = (m.gen_accepted_at[i] + w * cond) / (gen_drafted[i] + w)
+            pi *= max(c, alpha0) if optimistic else c
             out.append(pi)
         return tuple(out)
 
