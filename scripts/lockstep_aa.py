@@ -11,7 +11,7 @@ quiet machine. Each prompt is run in two modes, their order alternated per promp
 It prints, per mode, the sd of log(T_A / T_B) over the prompts and the median seconds per
 generation (the modes must run at the same speed for lockstep to be a fair way to measure).
 
-    .venv/bin/python scripts/lockstep_aa.py --prompts 24 --out aa.json
+    .venv/bin/python scripts/lockstep_aa.py --prompts 24 --out aa.json [--target embedded:smollm2:Q4_1]
 
 Greedy, 128 new tokens, the built-in prompts (tuned set, then held-out) in order.
 """
@@ -35,10 +35,11 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=24, help="prompts to run (each in both modes; default 24)")
     ap.add_argument("-n", "--max-tokens", type=int, default=128)
     ap.add_argument("--out", default=None, help="write every pair's seconds here (JSON)")
+    ap.add_argument("--target", default=None, help="the target model (default: the embedded default pair's)")
     args = ap.parse_args()
     prompts = load_prompts(prompt_set="tuned") + load_prompts(prompt_set="heldout")
     rows: list[dict] = []
-    with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=2048)), draft="none") as pair:
+    with load_pair(target=args.target, settings=PairSettings(context=ContextSettings(n_ctx=2048)), draft="none") as pair:
         a = pair.target_ctx
         b, _ = pair.fork(())  # a second target context on the same weights
         for i in range(args.prompts):
