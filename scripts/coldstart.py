@@ -33,6 +33,7 @@ def main() -> None:
                     help="ControlSettings or DraftLengthSettings fields (booleans 0/1)")
     args = ap.parse_args()
 
+    from ggufspec.bench.ours import prompt_tokens
     from ggufspec.bench.prompts import load_prompts
     from ggufspec.bench.regimes import parse_regimes
     from ggufspec.loop.control import DraftController
@@ -48,7 +49,7 @@ def main() -> None:
     pair = load_pair(target=regime.target, draft=list(regime.drafts),
                      settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=0, n_gpu_layers_draft=0))
     target, copies = pair.fork(list(pair.drafters))
-    toks = {p.id: pair.encode(messages=p.messages) for p in prompts}
+    toks = {p.id: prompt_tokens(pair, p) for p in prompts}
     for run in range(args.runs):
         ctl = DraftController(settings=settings)
         print(f"run {run + 1}/{args.runs} {regime.name} {' '.join(args.settings)}", flush=True)

@@ -83,7 +83,7 @@ def main() -> None:
         sys.exit("error: the two arms' settings are the same; give --old (and --new) KEY=VAL")
 
     from ggufspec.bench.lockstep import interleave
-    from ggufspec.bench.ours import plain_text
+    from ggufspec.bench.ours import prompt_tokens
     from ggufspec.bench.prompts import load_prompts
     from ggufspec.bench.regimes import parse_regimes
     from ggufspec.loop.control import DraftController
@@ -105,8 +105,7 @@ def main() -> None:
         "old": (list(pair.drafters), SpeculativeSettings(length=old_len), lambda: DraftController(settings=old)),
         "new": (list(pair.drafters), SpeculativeSettings(length=new_len), lambda: DraftController(settings=new)),
     }
-    chat = bool(pair.target_model.chat_template())  # (a base model, gemma's: the messages as plain text, as the bench)
-    toks = {p.id: pair.encode(messages=p.messages) if chat else pair.encode(prompt=plain_text(p)) for p in prompts}
+    toks = {p.id: prompt_tokens(pair, p) for p in prompts}
     lanes = {arm: pair.fork(list(ds)) for arm, (ds, _, _) in arms.items()}
 
     def gen(arm, pid, ctl):

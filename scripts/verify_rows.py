@@ -1,27 +1,37 @@
-"""A regime's target: seconds of one decode of n = 1..13 rows (every row's logits), after a prompt.
+"""A regime's target: median seconds of one decode of n = 1..13 rows (every row's logits), after a prompt.
 
-What the controller's verify cost V(K) is made of (K drafts: K + 1 rows). On a CPU, llama.cpp's
-repacked kernels take rows in blocks of 4, so V is no line (rule `per_k`, ggufspec.loop.costmodel).
-6 repeats, min and median per n.
+What the controller's verify cost V(K) is made of (K drafts: K + 1 rows). The cost model prices it
+with a line; on a CPU llama.cpp's repacked kernels take rows in blocks of 4, so it is no line
+(docs/bench/regimes-cpu-2026-11-27e). Timed by the bench's own `step_times` (the micro block).
 
-    .venv/bin/python scripts/verify_rows.py as-1b    # a regime of `bench --regimes`
+    .venv/bin/python scripts/verify_rows.py as-1b [--reps 6]    # a regime of `bench --regimes`
 """
-import time, statistics as st, sys
-from ggufspec.runtime import load_pair
-from ggufspec.bench.regimes import parse_regimes
-from ggufspec.settings import ContextSettings, PairSettings
-regime = parse_regimes(sys.argv[1] if len(sys.argv) > 1 else "as-1b")[0]
-pair = load_pair(target=regime.target, draft="none",
-                 settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=0))
-ctx = pair.target_ctx
-prompt = pair.encode(prompt="The quick brown fox jumps over the lazy dog. " * 8)
-ctx.decode(prompt, logits="last")
-base = ctx.n_past
-res = {}
-for rep in range(6):
-    for n in range(1, 14):
-        ctx.truncate(base)
-        t = time.perf_counter(); ctx.decode(prompt[5:5 + n], logits="all"); dt = time.perf_counter() - t
-        res.setdefault(n, []).append(dt * 1e3)
-for n, v in res.items():
-    print(n, "rows: min %.1f median %.1f ms" % (min(v), st.median(v)))
+
+from __future__ import annotations
+
+import argparse
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("regime", nargs="?", default="as-1b")
+    ap.add_argument("--reps", type=int, default=6)
+    args = ap.parse_args()
+
+    from ggufspec.bench.ours import step_times
+    from ggufspec.bench.regimes import parse_regimes
+    from ggufspec.runtime import load_pair
+    from ggufspec.settings import ContextSettings, PairSettings
+
+    regime = parse_regimes(args.regime)[0]
+    with load_pair(target=regime.target, draft="none",
+                   settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=0)) as pair:
+        prompt = pair.encode(prompt="The quick brown fox jumps over the lazy dog. " * 8)
+        sizes = list(range(1, 14))
+        times = step_times({"target": pair.target_ctx}, prompt, batch_sizes={"target": sizes}, reps=args.reps)["target"]
+    for n in sizes:
+        print(f"{n} rows: median {times[n] * 1e3:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

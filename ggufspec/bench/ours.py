@@ -43,11 +43,9 @@ class Ours:
                                        for d in plan.drafts if d.ref != LOOKUP}
         self.tokens: dict[str, list[int]] = {}
         self.texts: dict[str, str] = {}
-        # a target with no chat template (a base model: the gemma regime's Gemma 3 270M) gets each
-        # prompt's messages as plain text, one after the other, as a user would pass them with -p
         self.chat = bool(self.pair.target_model.chat_template())
         for p in plan.prompts:
-            toks = self.pair.encode(messages=p.messages) if self.chat else self.pair.encode(prompt=plain_text(p))
+            toks = prompt_tokens(self.pair, p)
             if len(toks) + plan.max_tokens + 16 > plan.n_ctx:
                 raise UserError(
                     f"prompt {p.id!r} is {len(toks)} tokens: with {plan.max_tokens} new ones it does not fit "
@@ -146,6 +144,15 @@ class Ours:
 
     def close(self) -> None:
         self.pair.close()  # and the drafters it loaded
+
+
+def prompt_tokens(pair: Any, p: BenchPrompt) -> list[int]:
+    """A bench prompt as `pair`'s target reads it: its messages through the chat template, or, for a
+    target with none (a base model: the gemma regime's Gemma 3 270M), as plain text, one after the
+    other, as a user would pass them with -p."""
+    if pair.target_model.chat_template():
+        return pair.encode(messages=p.messages)
+    return pair.encode(prompt=plain_text(p))
 
 
 def plain_text(p: BenchPrompt) -> str:

@@ -5,6 +5,7 @@ counts and costs. `ggufspec.loop.control` decides from them."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -47,7 +48,7 @@ class Samples:
             values = [v for _, v in fresh] if fresh else [v for _, v in items]
         # a timing is only ever slowed by noise (a stall, llama.cpp's first decode of a new
         # batch shape), never sped up: the low median, or the minimum for the target alone
-        value = min(values) if low else sorted(values)[(len(values) - 1) // 2]  # (median_low)
+        value = min(values) if low else statistics.median_low(values)
         self._memo = ((horizon, low), now, last, value)
         return value
 
