@@ -4,6 +4,7 @@ ggufspec.runtime loads with these; llama.cpp is reached only inside the function
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -73,6 +74,16 @@ def runs_on_gpu(target_load: ModelSettings, devices: Sequence[Any]) -> bool:
     """Target layers go to a GPU (RPC workers served by ggufspec compute with its CPU kernels:
     batch-invariant, like the CPU)."""
     return target_load.n_gpu_layers != 0 and any(d.kind == "gpu" for d in devices)
+
+
+def draft_one_row(draft_load: ModelSettings, devices: Sequence[Any]) -> bool:
+    """Whether a draft model decodes one row at a time (ggufspec.loop.drafters.ModelDrafter's
+    `one_row`): where its layers go to a GPU, whose backend re-warms and re-captures its CUDA graph
+    whenever a decode's row count changes. GGUFSPEC_DRAFT_ONE_ROW=1 or 0 overrides (to compare)."""
+    forced = os.environ.get("GGUFSPEC_DRAFT_ONE_ROW", "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    return runs_on_gpu(draft_load, devices)
 
 
 def add_workers(settings: PairSettings) -> None:

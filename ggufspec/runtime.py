@@ -129,7 +129,10 @@ class SpeculativePair:
         # named by its file; a second draft of the same file gets "#2"
         taken = {d.name for d, *_ in self._drafters.values()}
         name = next(n for n in (path.stem, *(f"{path.stem}#{i}" for i in range(2, 100))) if n not in taken)
-        drafter = ModelDrafter(ctx, name=name, kv_source=self.target_ctx if shared else None)
+        # one row a decode on a GPU (not for a server's slots: their decodes batch every slot's rows)
+        one_row = self.settings.parallel <= 1 and pairload.draft_one_row(
+            draft_load, pairload.load_devices() if draft_load.n_gpu_layers else ())
+        drafter = ModelDrafter(ctx, name=name, kv_source=self.target_ctx if shared else None, one_row=one_row)
         self._drafters[id(drafter)] = (drafter, path, model, ctx)
         return drafter
 
@@ -285,7 +288,8 @@ class SpeculativePair:
         `target`'s KV cache where `d` takes the pair's; prompt lookup anew (its n-gram index is
         per generation); any other drafter as it is."""
         if isinstance(d, ModelDrafter):
-            return ModelDrafter(context(d), name=d.name, kv_source=target if d.kv_source is not None else None)
+            return ModelDrafter(context(d), name=d.name, kv_source=target if d.kv_source is not None else None,
+                                one_row=d.one_row)
         if isinstance(d, LookupDrafter):
             return LookupDrafter(self.settings.lookup)
         return d

@@ -177,6 +177,20 @@ def test_context_fills_up_identically_and_a_too_long_prompt_is_refused() -> None
         generate(target=target, prompt=[])
 
 
+@pytest.mark.parametrize("one_row", [False, True])
+def test_a_one_row_draft_decodes_one_row_at_a_time_and_drafts_the_same(one_row: bool) -> None:
+    # one_row (a draft on a GPU: its CUDA graph keeps one shape) splits a full accept's 2-token
+    # catch-up into two one-row decodes; the drafts, the output and the caches stay the same
+    target, draft = pair(seed=5, noise=0.1)
+    gen = generate(target=target, prompt=[1, 2, 3], drafters=[ModelDrafter(draft, one_row=one_row)], max_tokens=80,
+                   speculative=spec(4, fixed=True)).run()
+    assert gen.tokens == greedy_reference(target.lm, VOCAB, [1, 2, 3], max_tokens=80, n_ctx=256)
+    check_caches(gen, target, draft, [1, 2, 3])
+    rows = Counter(n for n, _ in draft.decodes[1:])  # after the prompt's prefill
+    assert gen.stats.accepted > 40
+    assert (set(rows) == {1}) if one_row else (rows[2] > 5)
+
+
 def test_a_cancelled_generation_leaves_the_next_one_exact() -> None:
     target, draft = pair(seed=4)
     drafter = ModelDrafter(draft)

@@ -7,8 +7,9 @@ free memory; each GPU keeps --margin free. With no --target/--draft, the embedde
 on a machine with no GPU. --rpc adds llama.cpp RPC workers (`ggufspec rpc-server`) as devices
 before the GPUs (llama.cpp's order); the draft never goes to a worker (a network round trip per
 drafted token); with --rpc, --vram sizes go to the workers first, then to the GPUs. --measure asks
-llama.cpp itself (a dry run that only simulates allocations; with --rpc a real load, since a dry
-run reports no per-device weights) and shows its numbers next to the estimate, per device too.
+llama.cpp itself (a dry run that only simulates allocations where everything stays on the CPU;
+a real load where layers go to a GPU or an RPC worker, since there a dry run reports no weights or
+KV cache per device) and shows its numbers next to the estimate, per device too.
 
 examples:
   ggufspec plan --vram 8GiB
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--cache-type", choices=("auto", "f16", "q8_0", "q4_0", "f32"), default="auto",
                    help="KV cache type (default auto, as `run` picks it: the target's q8_0 on the CPU, f16 on a GPU; the draft's f16)")
     o = parser.add_argument_group("output")
-    o.add_argument("--measure", action="store_true", help="also ask llama.cpp (dry run, nothing allocated)")
+    o.add_argument("--measure", action="store_true", help="also ask llama.cpp (a dry run on the CPU; a real load where layers go to a GPU or worker)")
     o.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
@@ -102,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
     measured: dict[str, Any] = {}
     if args.measure:
+        from ggufspec.llama.lib import gpu_offload_supported
         from ggufspec.llama.measure import measure_contexts
 
         for role, info, mp, c in (("target", target, plan.target, plan.context),
@@ -110,8 +112,10 @@ def run(args: argparse.Namespace) -> int:
                 continue
             ctx = dict(n_ctx=c.n_ctx, cache_type_k=c.cache_type_k, cache_type_v=c.cache_type_v,
                        n_batch=c.n_batch, n_ubatch=c.n_ubatch, flash_attn=c.flash_attn, swa_full=c.swa_full)
+            # a dry run on CUDA (and RPC) reports 0 B of weights and KV per device: load for real there
+            real = bool(args.rpc) or (mp.n_gpu_layers != 0 and gpu_offload_supported())
             m = measure_contexts(path=info.path, contexts=[ctx], n_gpu_layers=mp.n_gpu_layers,
-                                 tensor_split=mp.tensor_split, main_gpu=mp.main_gpu, dry_run=not args.rpc)[0]
+                                 tensor_split=mp.tensor_split, main_gpu=mp.main_gpu, dry_run=not real)[0]
             # compare like with like: if llama.cpp here cannot offload (a CPU-only build), its
             # numbers are for every layer on the CPU, and so is the estimate they are set against
             same_placement = m.n_offloaded == mp.n_gpu_layers
@@ -240,7 +244,7 @@ def _print(plan: Any, target: Any, draft: Any, system: Any, verdict: Any, measur
             console.print(f"  - {line}", markup=False)
 
     if measured:
-        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="estimate vs llama.cpp (" + ("a real load" if any(d.kind == "rpc" for d in plan.devices) else "dry run") + ")", title_justify="left")
+        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="estimate vs llama.cpp (" + ("dry run" if all(v["measured"].dry_run for v in measured.values()) else "a real load") + ")", title_justify="left")
         for col in ("model", "part", "estimate", "llama.cpp", "difference"):
             t.add_column(col, justify="left" if col in ("model", "part") else "right")
         notes = set()

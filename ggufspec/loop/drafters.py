@@ -142,10 +142,16 @@ class ModelDrafter:
 
     free = False
 
-    def __init__(self, context: Target, *, name: str = "model", kv_source: KVSource | None = None) -> None:
+    def __init__(self, context: Target, *, name: str = "model", kv_source: KVSource | None = None,
+                 one_row: bool = False) -> None:
         self.ctx = context  # the draft model's context (llama.Context, or a fake in tests)
         self.name = name
         self.kv_source = kv_source
+        # one_row: the 2 tokens a fully accepted round leaves go in as two one-row decodes, so every
+        # drafting decode has one row. For a draft on a GPU (ggufspec.pairload.draft_one_row):
+        # llama.cpp's CUDA backend re-warms its graph (runs uncaptured, then captures again) each
+        # time a decode's row count changes, and a launch-bound draft pays that every round.
+        self.one_row = one_row
         self.imports = 0  # imports of the target's cache so far
 
     @property
@@ -226,7 +232,11 @@ class ModelDrafter:
         sampled = sampled and not sampling.greedy
         while True:
             t = clock.now()
-            self.ctx.decode(pending, logits="last")
+            if self.one_row and len(pending) == 2:
+                self.ctx.decode(pending[:1], logits="none")
+                self.ctx.decode(pending[1:], logits="last")
+            else:
+                self.ctx.decode(pending, logits="last")
             dt = clock.now() - t
             decode_s += dt
             if len(pending) > 2:  # history the cache missed during a pause (a full accept leaves 2)

@@ -16,18 +16,21 @@
 # machine is warm goes on where the first stopped:
 #   devices       nvidia-smi, `ggufspec devices`
 #   derive        the Q8_0 target and the stand-ins from the shipped Q4_1, timed
-#   regime-*      bench --regimes default, then as-7b (short form, one step each): target alone,
-#                 K = 2/4/8, always-draft, the default, in lockstep; `identical` counts exactness
+#   regime-*      bench --regimes default, then as-7b (short form, one step each; the models where
+#                 `run` puts them, every layer on the GPU): target alone, K = 2/4/8, always-draft,
+#                 the default, in lockstep; `identical` counts exactness
+#   serve         scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
+#                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b then default
+#   batchrows-*   the two regimes again with GGUFSPEC_DRAFT_ONE_ROW=0: the draft's 2-token catch-up
+#                 as one decode, whose row count changes every round (what one_row saves)
+#   plan-measure  plan --measure for smollm2-as-7b at --vram budgets that put 16, 32, 48 of its 64
+#                 blocks on the GPU (planner against llama.cpp's real allocation), then run --compare
+#   graphs-default  exactness.py on the default pair with CUDA graphs off (GGML_CUDA_DISABLE_GRAPHS=1):
+#                 what re-capturing a graph at each shape change costs
 #   exact-*       scripts/device/exactness.py on the default pair, then smollm2-as-7b: N greedy
 #                 generations of the default and each fixed K against the target alone, with the
 #                 stock kernels and with the row-invariant dispatch (scripts/device/row_invariant.py,
 #                 patched into this build: GGUFSPEC_CUDA_ROW_INVARIANT=1 GGML_CUDA_DISABLE_FUSION=1)
-#   graphs-default  the default pair's runs of exact-default again with CUDA graphs off
-#                 (GGML_CUDA_DISABLE_GRAPHS=1): what re-capturing a graph at each shape change costs
-#   plan-measure  plan --measure for smollm2-as-7b at --vram budgets that put 16, 32, 48 of its 64
-#                 blocks on the GPU (planner against llama.cpp's allocation), then run --compare at each
-#   serve         scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
-#                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b then default
 #   identity      greedy text of each stand-in against the embedded Q8_0 (2 prompts)
 set -uo pipefail
 MODE=${1:-run}
@@ -119,9 +122,14 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit inside the budget, or
 
 measure() {
   mkdir -p "$W"
-  local big=as-7b pair=smollm2-as-7b limit=1 repeats=2 n=64 tokens=64 np=6 ne=192 npb=4 neb=160
-  if (( CPU )); then big=as-1b; pair=smollm2-as-1b; limit=1; repeats=1; n=16; tokens=16; np=2; ne=24; npb=2; neb=24; fi
+  # regimes: --limit prompts per set, --repeats lockstep passes, -n new tokens (default pair, then big)
+  local big=as-7b pair=smollm2-as-7b lim=2 limb=1 repeats=3 n=96 tokens=64 np=6 ne=192 npb=4 neb=160
+  if (( CPU )); then big=as-1b; pair=smollm2-as-1b; lim=1; limb=1; repeats=1; n=16; tokens=16; np=2; ne=24; npb=2; neb=24; fi
   export -f gs; export PY
+  regime() {  # regime STEP REGIME LIMIT [ENV...]: one bench --regimes step into $W/STEP
+    local name=$1 r=$2 l=$3; shift 3
+    echo "$* gs bench --regimes $r --limit $l --repeats $repeats -n $n --no-plots --out $W/$name"
+  }
   # exactness NAME TARGET PROMPTS TOKENS: the command of an exact-* step, stock kernels then the
   # row-invariant dispatch (same prompts and tokens), into NAME-stock.json and NAME-invariant.json
   exactness() {
@@ -132,13 +140,19 @@ measure() {
   step derive 90 "for r in smollm2:Q8_0 smollm2-as-1b:Q8_0 smollm2-as-7b:Q8_0; do
       [[ $CPU == 1 && \$r == smollm2-as-7b:Q8_0 ]] && continue
       \$PY -c \"import time; t = time.time(); from ggufspec.models.embedded import resolve_embedded as r; p = r(*'\$r'.split(':')); print(p, f'{time.time() - t:.1f} s')\"; done"
-  step regime-default 110 "gs bench --regimes default --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes-default"
-  step exact-default 150 "$(exactness exact-default embedded:smollm2:Q8_0 "$np" "$ne")"
-  # CUDA graphs: llama.cpp re-warms (2 calls) and re-captures its graph whenever a decode's shape
-  # changes, which speculation does every round; the same runs with graphs off tell what that costs
-  step graphs-default 90 "GGML_CUDA_DISABLE_GRAPHS=1 \$PY scripts/device/exactness.py --target embedded:smollm2:Q8_0 --prompts 4 -n $ne --out $W/graphs-off-default.json"
-  step "regime-$big" 150 "gs bench --regimes $big --limit $limit --repeats $repeats -n $n --no-plots --out $W/regimes-$big"
-  step "exact-$big" 180 "$(exactness "exact-$big" "embedded:$pair:Q8_0" "$npb" "$neb")"
+  # the models where run puts them (every layer on the GPU), the draft decoding one row at a time
+  step regime-default 120 "$(regime regimes-default default "$lim")"
+  step "regime-$big" 150 "$(regime "regimes-$big" "$big" "$limb")"
+  if [[ -x "$LLAMA_SERVER" ]]; then
+    step serve 170 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_$big --startup-timeout 120
+                    \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
+  else
+    log "serve: skipped (no llama-server at $LLAMA_SERVER; scripts/build_native.sh builds it)"
+  fi
+  # the same regimes with the draft's 2-token catch-up as one decode (its row count changes every
+  # round: llama.cpp re-warms and re-captures the draft's CUDA graph), to price one_row
+  step "batchrows-$big" 130 "$(regime "batchrows-$big" "$big" "$limb" GGUFSPEC_DRAFT_ONE_ROW=0)"
+  step batchrows-default 110 "$(regime batchrows-default default "$lim" GGUFSPEC_DRAFT_ONE_ROW=0)"
   if (( ! CPU )); then
     step plan-measure 150 "for v in 2390MiB 4210MiB 6030MiB; do
         echo \"== --vram \$v\"
@@ -147,14 +161,13 @@ measure() {
       for v in 2390MiB 4210MiB 6030MiB; do
         ngl=\$(\$PY -c 'import json,sys; print(json.load(open(sys.argv[1]))[\"devices\"][0][\"target_layers\"])' $W/plan-\$v.json)
         echo \"== --vram \$v: \$ngl target layers on the GPU\"
-        gs run --pair $pair --ngl \$ngl --ngld all --chat -p 'Explain how a bicycle gear works.' -n $n --compare --repeats 2 2>&1 | tail -4; done"
+        gs run --pair $pair --ngl \$ngl --ngld all --chat -p 'Explain how a bicycle gear works.' -n 64 --compare --repeats 2 2>&1 | tail -4; done"
   fi
-  if [[ -x "$LLAMA_SERVER" ]]; then
-    step serve 150 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_$big --startup-timeout 120
-                    \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
-  else
-    log "serve: skipped (no llama-server at $LLAMA_SERVER; scripts/build_native.sh builds it)"
-  fi
+  # CUDA graphs: llama.cpp re-warms (2 calls) and re-captures its graph whenever a decode's shape
+  # changes, which speculation does every round; the same runs with graphs off tell what that costs
+  step graphs-default 90 "GGML_CUDA_DISABLE_GRAPHS=1 \$PY scripts/device/exactness.py --target embedded:smollm2:Q8_0 --prompts 4 -n $ne --out $W/graphs-off-default.json"
+  step exact-default 150 "$(exactness exact-default embedded:smollm2:Q8_0 "$np" "$ne")"
+  step "exact-$big" 180 "$(exactness "exact-$big" "embedded:$pair:Q8_0" "$npb" "$neb")"
   step identity 60 "for t in $pair; do
       for p in 'Why is the sky blue?' 'Write a Python function that checks whether a number is prime.'; do
         a=\$(gs run --target embedded:smollm2:Q8_0 --draft none --chat -p \"\$p\" -n 48 --json | \$PY -c 'import json,sys; print(json.load(sys.stdin)[\"text\"])')
