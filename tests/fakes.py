@@ -102,7 +102,7 @@ class FakeModel:
     def tokens(self) -> list[int]:
         return self.kv
 
-    def decode(self, tokens: Sequence[int], *, logits: str = "last") -> None:
+    def decode(self, tokens: Sequence[int], *, logits: str = "last", wait: bool = True) -> None:
         n = len(tokens)
         if n == 0:
             return

@@ -211,7 +211,7 @@ class Flaky(FakeModel):
     n_decode: int = 0
     n_logits: int = 0
 
-    def decode(self, tokens, *, logits="last") -> None:
+    def decode(self, tokens, *, logits="last", wait=True) -> None:
         self.n_decode += 1
         if self.n_decode == self.fail_decode_at:
             raise RuntimeError("llama_decode failed")

@@ -225,7 +225,7 @@ class View:
     n_past = property(lambda self: self.fake.n_past)
     tokens = property(lambda self: tuple(self.fake.kv))
 
-    def decode(self, tokens, *, logits="last") -> None:
+    def decode(self, tokens, *, logits="last", wait=True) -> None:
         if tokens:
             self._rows = self.owner.batcher.submit(self.seq, list(tokens), (self.fake, logits))
 

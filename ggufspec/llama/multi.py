@@ -117,6 +117,8 @@ class MultiContext:
                     i += 1
             b.n_tokens = i
             rc = lib.decode(self._ptr, b)
+            if rc == 0:  # a GPU backend returns before its work is done (Context.decode)
+                llama.llama_synchronize(self._ptr)
             for s, pos in fill.items():  # what reached the cache of an idle sequence goes again
                 llama.llama_memory_seq_rm(self._mem, s, pos, -1)
             self.filled += len(fill)
@@ -193,9 +195,9 @@ class SeqView:
     def tokens(self) -> tuple[int, ...]:
         return tuple(self._tokens)
 
-    def decode(self, tokens: Sequence[int], *, logits: LogitsMode = "last") -> None:
+    def decode(self, tokens: Sequence[int], *, logits: LogitsMode = "last", wait: bool = True) -> None:
         """As `Context.decode`: n_batch chunks (the same boundaries), each merged with whatever the
-        other sequences decode at that moment."""
+        other sequences decode at that moment (the merged decode always waits for the device)."""
         n = len(tokens)
         if n == 0:
             return

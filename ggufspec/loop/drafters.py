@@ -233,7 +233,7 @@ class ModelDrafter:
         while True:
             t = clock.now()
             if self.one_row and len(pending) == 2:
-                self.ctx.decode(pending[:1], logits="none")
+                self.ctx.decode(pending[:1], logits="none", wait=False)
                 self.ctx.decode(pending[1:], logits="last")
             else:
                 self.ctx.decode(pending, logits="last")

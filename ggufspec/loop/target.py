@@ -47,8 +47,10 @@ class Target(Protocol):
     @property
     def model(self) -> Vocab: ...
 
-    def decode(self, tokens: Sequence[int], *, logits: LogitRows = "last") -> None:
-        """Append tokens at n_past; compute logits for the last row, every row, or none."""
+    def decode(self, tokens: Sequence[int], *, logits: LogitRows = "last", wait: bool = True) -> None:
+        """Append tokens at n_past; compute logits for the last row, every row, or none. `wait`:
+        return once the device is done, so that the call's seconds are its own (False: another
+        decode follows at once)."""
         ...
 
     def logits(self, i: int = -1) -> np.ndarray:
