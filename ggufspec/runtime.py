@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from ggufspec import pairload
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import ModelInfo, read_model_info
-from ggufspec.loop.control import DraftController
+from ggufspec.loop.control import ControlSettings, DraftController
 from ggufspec.loop.drafters import Drafter, LookupDrafter, ModelDrafter
 from ggufspec.loop.engine import Generation, generate
 from ggufspec.loop.exactness import auto_cache_type, greedy_exactness
@@ -66,7 +66,9 @@ class SpeculativePair:
     devices: tuple[DeviceLayers, ...] = ()
     # loaded draft models: drafter -> (path, model, context), closed with the pair
     _drafters: dict[int, tuple[Drafter, Path | None, object, object]] = field(default_factory=dict, repr=False)
-    # the draft controller's estimates, kept across generations (learned once per pair)
+    # the controller's settings for this pair's hardware (rule switch_cost where the target runs on
+    # a GPU), and its estimates, kept across generations (learned once per pair)
+    control: ControlSettings = field(default_factory=ControlSettings)
     controller: DraftController = field(default_factory=DraftController, repr=False)
     # settings.parallel > 1: serializes every llama.cpp call of the multi-sequence contexts
     _llama_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -239,7 +241,7 @@ class SpeculativePair:
         draft_multis = [d.ctx.multi for d in model_drafters] if n > 1 else []  # type: ignore[attr-defined]
         slots: list[Slot] = []
         for i in range(n):
-            controller = DraftController()  # always_draft requests' (others share the pair's)
+            controller = self.new_controller()  # always_draft requests' (others share the pair's)
             if i == 0:
                 target, drafters = self.target_ctx, self.drafters
             else:
@@ -254,6 +256,10 @@ class SpeculativePair:
             ))
         self._slots = slots
         return slots
+
+    def new_controller(self) -> DraftController:
+        """A fresh controller with this pair's settings (`control`)."""
+        return DraftController(settings=self.control)
 
     def fork(self, drafters: Sequence[Drafter]) -> tuple[Context, tuple[Drafter, ...]]:
         """A fresh target context on the loaded target model, and a fresh copy of each of
@@ -356,6 +362,7 @@ def load_pair(
     target_load, draft_load = pairload.model_settings(target_path, draft_path, settings)
     model_devices = pairload.load_devices()  # free memory before loading: llama.cpp's default split
     on_gpu = pairload.runs_on_gpu(target_load, model_devices)
+    control = ControlSettings(switch_cost=on_gpu)  # a GPU's graph: a change of shape costs (rule switch_cost)
     ctx_settings: ContextSettings = settings.context.with_cache_type(auto_cache_type(target_info, on_gpu=on_gpu))
     pairload.check_memory(target_info, list(draft_infos.values()), settings, context=ctx_settings, devices=model_devices)
     target_model = Model(target_path, settings=target_load)
@@ -379,6 +386,7 @@ def load_pair(
         inexact_greedy=greedy_exactness(target_info, on_gpu=on_gpu, cache_type=ctx_settings.cache_type_k,
                                         invariant_kernels=batch_invariant_kernels()),
         devices=pairload.layers_per_device(target_info, target_load, draft_path, draft_load, model_devices),
+        control=control, controller=DraftController(settings=control),
         _llama_lock=lock,
     )
     try:

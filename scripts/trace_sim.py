@@ -24,7 +24,7 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
               draft_extend). The default's full model drafts take lookup's continuation where the
               loop finds it pays (--draft-extend; the fourth field 0: off).
               `--profile NAME|FILE` prices rounds with costs given as numbers instead of a bench's
-              (`PROFILES`: h200-135m, rtx3090-8b; or a JSON/TOML file of the same keys), for
+              (`PROFILES`: h200-135m, h200-135m-graphs, rtx3090-8b; or a JSON/TOML file of the same keys), for
               regimes this machine cannot produce; with the default first and fixed-K or
               always-draft rivals it also prints `bench --regimes`' cells per prompt set
               (docs/bench/regimes_simulated.md).
@@ -219,10 +219,19 @@ class Costs:
         costs.python0 = float(profile.get("python_round_ms", 0.0)) * ms
         costs.python1 = float(profile.get("python_draft_ms", 0.0)) * ms
         costs.python_ctl = float(profile.get("python_controller_ms", 0.0)) * ms
+        if "uncaptured_ms" in profile:  # a GPU's graph of the target: see Costs.uncaptured
+            costs.uncaptured = float(profile["uncaptured_ms"]) * ms
+            costs.capture = float(profile.get("capture_ms", 0.0)) * ms
         costs.source = str(profile.get("name", "profile"))
         return costs
 
     python_ctl = 0.0  # our Python a round on top of python_s where the controller chose it (profiles only)
+    # A GPU's graph of the target (profile keys `uncaptured_ms`, `capture_ms`): llama.cpp's CUDA
+    # backend runs a decode whose shape (rows) differs from the last one's without its graph
+    # (`uncaptured`, whatever the rows: launch-bound), the next of the same shape too and captures
+    # it (+ `capture`), then replays it (the verify_ms figures). None: no graph (a CPU).
+    uncaptured: float | None = None
+    capture = 0.0
 
     def python_s(self, k: int, *, controlled: bool = False) -> float:
         """Our Python in a round of k drafts (the verify's logits, the acceptance, bookkeeping),
@@ -260,6 +269,21 @@ PROFILES: dict[str, dict[str, Any]] = {
     "h200-135m": {
         "name": "h200-135m", "target_step_ms": 4.21, "verify_ms": {1: 4.21, 9: 11.7}, "draft_step_ms": 4.0,
         "draft_first_extra_ms": 0.0, "python_round_ms": 0.11, "python_draft_ms": 0.10, "python_controller_ms": 0.4,
+    },
+    # The default pair with every layer on the H200 (the third run, docs/gpu.md), the target's
+    # CUDA graph priced (`uncaptured_ms`, `capture_ms`; Costs.uncaptured):
+    # - target step 1.29 ms, verify of 3/5/9 rows 1.67/1.94/3.84 ms: the target alone's and fixed
+    #   K = 2/4/8's verify seconds a round (bench --regimes default, decodes waited for)
+    # - draft step 1.0 ms: the slope of fixed K's draft seconds a round (5.0/7.1/10.7 ms at K =
+    #   2/4/8); their 3.0 ms intercept was the draft's own graph re-warmed every round by a
+    #   decode without a logits row, since fixed (draft_first_extra_ms 0)
+    # - uncaptured 2.6 ms: the target alone with CUDA graphs off, 365.8 tok/s (2.73 ms a token,
+    #   ~0.1 of it Python); capture 1.0 ms: not measured (a guess)
+    # - our Python: 0.07 ms a round alone, 0.05 a drafted token, 0.08 the controller's
+    "h200-135m-graphs": {
+        "name": "h200-135m-graphs", "target_step_ms": 1.29, "verify_ms": {1: 1.29, 3: 1.67, 5: 1.94, 9: 3.84},
+        "draft_step_ms": 1.0, "draft_first_extra_ms": 0.0, "python_round_ms": 0.07, "python_draft_ms": 0.05,
+        "python_controller_ms": 0.08, "uncaptured_ms": 2.6, "capture_ms": 1.0,
     },
     # A consumer 7B-class GPU: llama 8B Q4_0 on an RTX 3090 (FlashAttention on), a 1B Q4 draft.
     # - target: llama-bench pp512 at micro-batch sizes 1-8 (the master column) in
@@ -417,12 +441,20 @@ class TraceTarget(FakeModel):
         super().__init__(lm=lambda prefix: eye[seq[len(prefix)]], vocab=FakeVocab([b"x"] * r.n_vocab),
                          n_ctx=n_ctx, n_batch=n_ctx)
         self.sim, self.costs, self.controlled = sim, costs, controlled
+        self.shape, self.captured = -1, False  # the graph's rows (Costs.uncaptured)
 
-    def decode(self, tokens: Sequence[int], *, logits: str = "last") -> None:
+    def decode(self, tokens: Sequence[int], *, logits: str = "last", wait: bool = True) -> None:
         super().decode(tokens, logits=logits)
+        rows, costs = len(tokens), self.costs
+        step = costs.verify_s(rows - 1)
+        if costs.uncaptured is not None:
+            if rows != self.shape:
+                self.shape, self.captured, step = rows, False, costs.uncaptured
+            elif not self.captured:
+                self.captured, step = True, costs.uncaptured + costs.capture
         if logits == "all":  # a round's verify (the prompt's prefill, "last", is not generation time)
-            k = len(tokens) - 1
-            self.sim.t += (self.costs.verify_s(k) + self.costs.python_s(k, controlled=self.controlled)) * self.sim.jitter
+            k = rows - 1
+            self.sim.t += (step + costs.python_s(k, controlled=self.controlled)) * self.sim.jitter
             self.sim.verifies += 1
         self.sim.next_round()
 
@@ -521,6 +553,8 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
         for _ in range(2):  # the bench's two repeats, in its order
             for pid, t in traces.items():
                 alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * (costs.a + costs.python_s(0))
+                if costs.uncaptured is not None:  # its first two steps after the prefill: no graph yet
+                    alone += 2 * (costs.uncaptured - costs.a) + costs.capture
                 for policy in policies:
                     seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise).gen_s
                     speedups[(policy, pid)].append(alone / seconds)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 from script_module import load_script
@@ -197,3 +198,29 @@ def test_the_regime_table_compares_the_default_with_its_best_rival() -> None:
     assert not tuned["holds"]
     # nothing beats the target alone: the reference is 1.0
     assert heldout["best"] == "target alone" and heldout["ratio"] == pytest.approx(0.9) and not heldout["holds"]
+
+
+def test_a_gpus_graph_prices_each_change_of_rows() -> None:
+    # fixed K = 8, all kept: the first verify after the prefill changes the target's rows (no
+    # graph), the second captures it, the rest replay it at the profile's verify
+    costs = trace_sim.Costs.from_profile({**trace_sim.PROFILES["h200-135m-graphs"], "python_round_ms": 0.0,
+                                          "python_draft_ms": 0.0, "python_controller_ms": 0.0})
+    stats = trace_sim.simulate_prompt(_trace(40, 8), trace_sim.Policy("fixed", 8), None, costs, random.Random(0), 0.0)
+    draft = costs.f + 7 * costs.b
+    verify = [costs.uncaptured, costs.uncaptured + costs.capture, costs.verify_s(8), costs.verify_s(8)]
+    k2 = costs.uncaptured  # the last round, K = 2: other rows again
+    assert stats.gen_s == pytest.approx(sum(verify) + 4 * draft + k2 + costs.f + costs.b)
+
+
+def test_on_a_gpu_the_controller_prices_the_way_back_to_one_row() -> None:
+    # The recorded default-pair traces on the H200 profile with a draft step of 2 ms (nothing
+    # pays): timing the target alone only right after drafting rounds (two decodes without the
+    # graph), a controller sees a at twice its cost and drafts; rule switch_cost (on where the
+    # target runs on a GPU) times a after two rounds alone and charges the way back to the drafter.
+    traces = json.loads((Path(__file__).parents[1] / "docs" / "bench" / "traces-default-pair.json").read_text())
+    costs = trace_sim.Costs.from_profile({**trace_sim.PROFILES["h200-135m-graphs"], "draft_step_ms": 2.0})
+    priced, unpriced = trace_sim.Policy("default", 8, control=(("switch_cost", True),)), DEFAULT8
+    speedups = trace_sim.replay(traces, costs, 0.0, 1, (priced, unpriced))
+    median = {p: sorted(s for (q, _), runs in speedups.items() if q == p for s in runs)[len(traces)]
+              for p in (priced, unpriced)}
+    assert median[priced] >= 0.9 > 0.75 >= median[unpriced], median

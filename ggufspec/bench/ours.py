@@ -98,11 +98,11 @@ class Ours:
                 # the default's controller, timing it, ran the target alone 28 of 46 rounds. One
                 # untimed generation warms the lane; a throwaway controller keeps the measured
                 # one's history what a sequential bench gives it (warm contexts, a cold controller).
-                gen(target, copies, DraftController()).run()
+                gen(target, copies, self.pair.new_controller()).run()
             target, drafters = self.lanes[cfg.name]
         else:
             target, drafters = self.pair.target_ctx, tuple(self.drafters[label] for label in labels)
-        return gen(target, drafters, self.controllers.setdefault(cfg.name, DraftController()))
+        return gen(target, drafters, self.controllers.setdefault(cfg.name, self.pair.new_controller()))
 
     def run(self, cfg: Config, prompt: BenchPrompt, seed: int):
         """One generation on the pair's contexts, run to its end."""

@@ -16,6 +16,13 @@ at `winsor` T(K) (rule `winsor`).
 
 Hold (`hold`, ggufspec.loop.hold): a clear choice stands a few rounds without pricing the sources.
 
+Switch (`switch_cost`, on where the target runs on a GPU): llama.cpp's CUDA backend runs a decode
+whose rows differ from the last one's without its graph, and the next of those rows too (capturing
+it). So a is measured only in a round of the target alone after two others; what the two rounds
+after a drafting run cost over 2a (S) is charged to the drafter that left one row, and a drafter's
+round starting from the target alone is priced S / max(its runs' median length, `switch_rounds`)
+more; retries come 1 + S / a times rarer. (H200, 135M target: 1.3 ms a captured step, 2.6 without.)
+
 Check (`check_rounds`, ggufspec.loop.checks): a free drafter's proposal may first meet the
 in-step draft model's first token.
 
@@ -30,7 +37,7 @@ Not-a-Bandit (arXiv 2510.20064): full information for a free drafter.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ggufspec.loop.controlsettings import HORIZON, SYNCED, V0, V1, ControlSettings
 from ggufspec.loop.estimates import B_MODEL, Samples
@@ -48,6 +55,10 @@ class DraftController(Checks):
         super().__init__(timed=timed, settings=settings)
         self._last: str | None = None  # the source of the last round
         self._shared: set[str] = set()  # draft models that import the target's KV cache (last round's candidates)
+
+    def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
+        self._rows, self._switched_by = (0, 0), None  # the prompt's prefill: another shape, no drafter's
+        super().begin(prefilled=prefilled, prefill=prefill)
 
     def choose(
         self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int = 0, allow_none: bool = True,
@@ -199,9 +210,23 @@ class DraftController(Checks):
         d_s = (self.draft_cost_s(name, drafted - extended) or 0.0) if name is not None else 0.0
         cap = st.winsor * ((self.verify_s(drafted) or a or round_s) + d_s)
         induced_s = self._induced_s(name, free, emitted, self._shared)
-        if drafted == 0:  # measures a (a draft that came back empty is not the target's cost)
+        # rule switch_cost: a round of the target alone right after another shape measures the switch
+        rows = drafted + 1
+        switched = st.switch_cost and self._rows != (rows, rows)
+        excess = 0.0
+        if drafted == 0 and switched and a is not None:
+            if self._switched_by is not None:
+                excess = max(0.0, vp - a)
+                self._source(self._switched_by).charge(excess)
+                self._switch_acc += excess
+        else:
+            if self._switch_acc > 0.0:  # the way back to one row is over: S, one sample
+                self._switch.add(self.round, self._switch_acc)
+                self._switch_acc = 0.0
+        if drafted == 0 and not (switched and a is not None):  # measures a (an empty draft: not the target's cost)
             self._base.add(self.round, vp)
-        elif a is not None:  # bounds a from above
+            self._steady = self._steady or not switched
+        elif drafted > 0 and a is not None:  # bounds a from above
             self._bound.add(self.round, vp)
         if drafted > 0 and name is not None:
             if a is None:  # no round of the target alone yet: infer a from the priors
@@ -232,8 +257,13 @@ class DraftController(Checks):
             if other != name and v.proposed > 0:
                 self._model(other, True)
                 self._record_accepts(other, v.proposed, v.matched, emitted)
+        if st.switch_cost:
+            self._rows = (self._rows[1], rows)
+            if drafted > 0 and name is not None:
+                self._switched_by = name
+            self._ran(name if drafted > 0 else None)
         src = self._source(NONE if name is None else name)
-        charged_s = min(round_s, cap) + induced_s
+        charged_s = min(round_s - excess, cap) + induced_s
         src.add(emitted, charged_s, pool=st.pool_decay, current=st.decay)
         src.last = self.round
         self._clock += charged_s

@@ -59,10 +59,16 @@ class ControlSettings:
     recheck: bool = True  # a drafting round under a / 2 re-measures a
     hopeless: bool = True  # a model whose ceiling cannot beat the best other source is left
     check_pricing: bool = True  # a check runs only where it pays at the measured costs (off: whenever due)
+    # a target on a GPU (on where one runs it; off: a CPU's decode costs what its rows do): a
+    # decode whose shape differs from the last runs without the backend's graph, and so does the
+    # next (which captures it): a only from rounds of the target alone after two, and what such a
+    # round costs over a charged to the drafting round that moved the target off one row
+    switch_cost: bool = False
+    switch_rounds: float = 4.0  # ... a drafter's round pays S / max(its runs' median length, this)
 
     def __post_init__(self) -> None:
         if (self.retry < 1 or self.window < 1 or self.spacing < 1 or self.opening < 0 or self.check_rounds < 0
-                or self.hold < 0 or self.hold_margin < 0 or not 0 < self.hopeless_share <= 1
+                or self.hold < 0 or self.hold_margin < 0 or not 0 < self.hopeless_share <= 1 or self.switch_rounds < 1
                 or not all(0 < x <= 1 for x in (self.decay, self.accept_decay, self.idle_decay))):
             raise ValueError(f"bad control settings: {self}")
 

@@ -47,6 +47,17 @@ class CostModel:
         if not timed:
             self._base.add(0, 1.0)  # counted: a round of the target alone is the unit, no calibration
         self._sources: dict[str, Realized] = {}
+        # rule switch_cost: the target's rows in the last two rounds (0: a prefill), the source of
+        # the last drafting round (its way back to one row is charged to it), and S, what that way
+        # back costs over a (samples; the one being summed)
+        self._rows: tuple[int, int] = (0, 0)
+        self._switched_by: str | None = None
+        self._switch = Samples(settings.window)
+        self._switch_acc = 0.0
+        # ... and each source's runs away from one row: rounds in a row (the run going on: source, rounds)
+        self._run_lengths: dict[str, Samples] = {}
+        self._run: tuple[str | None, int] = (None, 0)
+        self._steady = False  # a measured in a round of the target alone after two (switch_cost)
         self._drafters: dict[str, DrafterModel] = {}
 
     def _fresh(self) -> int:
@@ -55,7 +66,10 @@ class CostModel:
 
     @per_state
     def base_s(self) -> float | None:
-        """a: one round of the target alone, seconds (None: not measured yet)."""
+        """a: one round of the target alone, seconds (None: not measured yet; with rule switch_cost,
+        until a round of the target alone ran after two others)."""
+        if self.settings.switch_cost and not self._steady:
+            return None
         found = [x for x in (self._base.median(self.round, self._fresh(), low=True),
                              self._bound.median(self.round, self._fresh(), low=True)) if x is not None]
         return min(found) if found and self._base else None
@@ -130,14 +144,35 @@ class CostModel:
         measured = m.prefill.median(self.round, 1 << 30) if m is not None and self.timed else None
         return measured if measured is not None else (self.catchup_s(name) or 0.0)
 
+    def switch_s(self, name: str | None = None, *, now: bool = True) -> float:
+        """S: what a run of drafting rounds costs the rounds of the target alone after it (rule
+        switch_cost; 0 with the rule off or before one was measured), a round's share of it for
+        source `name` (S / the median length of its runs, at least `switch_rounds`); `now`: only
+        where the last round ran the target alone (a drafting round in a run pays none)."""
+        if not self.settings.switch_cost or (now and self._rows[1] != 1):
+            return 0.0
+        s = self._switch.median(self.round, self._fresh()) or 0.0
+        lengths = self._run_lengths.get(name or "")
+        n = lengths.median(self.round, self._fresh()) if lengths is not None and s else None
+        return s / max(n or 1.0, self.settings.switch_rounds)
+
+    def _ran(self, name: str | None) -> None:
+        """Rule switch_cost: a round of `name` (None: the target alone) extends or ends a run."""
+        run, length = self._run
+        if run is not None and run != name:
+            self._run_lengths.setdefault(run, Samples(self.settings.window)).add(self.round, float(length))
+            length = 0
+        self._run = (name, length + 1) if name is not None else (None, 0)
+
     @per_state
     def round_costs(self, name: str, cap: int) -> tuple[float, ...] | None:
-        """T_d(K) = V(K) + D_d(K) for K = 0..cap, seconds (None: unmeasured)."""
+        """T_d(K) = V(K) + D_d(K) (+ S after a round of the target alone, rule switch_cost) for
+        K = 0..cap, seconds (None: unmeasured)."""
         a, b = self.base_s(), self.per_token_s(name)
         if a is None or b is None:
             return None
         v0, v = self._verify_line(a)
-        f = self._first_s(name, b)
+        f = self._first_s(name, b) + self.switch_s(name)
         return (a, *[max(a + v0 + v * k + f + (k - 1) * b, 1e-12) for k in range(1, cap + 1)])
 
     @per_state

@@ -147,10 +147,11 @@ class ModelDrafter:
         self.ctx = context  # the draft model's context (llama.Context, or a fake in tests)
         self.name = name
         self.kv_source = kv_source
-        # one_row: the 2 tokens a fully accepted round leaves go in as two one-row decodes, so every
-        # drafting decode has one row. For a draft on a GPU (ggufspec.pairload.draft_one_row):
-        # llama.cpp's CUDA backend re-warms its graph (runs uncaptured, then captures again) each
-        # time a decode's row count changes, and a launch-bound draft pays that every round.
+        # one_row: the 2 tokens a fully accepted round leaves go in as two one-row decodes, each
+        # with its logits row, so every drafting decode has the same graph. For a draft on a GPU
+        # (ggufspec.pairload.draft_one_row): llama.cpp's CUDA backend re-warms its graph (runs
+        # uncaptured, then captures again) each time a decode's shape changes (rows, or outputs),
+        # and a launch-bound draft pays that every round.
         self.one_row = one_row
         self.imports = 0  # imports of the target's cache so far
 
@@ -233,7 +234,9 @@ class ModelDrafter:
         while True:
             t = clock.now()
             if self.one_row and len(pending) == 2:
-                self.ctx.decode(pending[:1], logits="none", wait=False)
+                # with a logits row (unread) like every other: a decode without one builds a graph
+                # without the output layer, another shape (H200: ~3 ms a round re-warming)
+                self.ctx.decode(pending[:1], logits="last", wait=False)
                 self.ctx.decode(pending[1:], logits="last")
             else:
                 self.ctx.decode(pending, logits="last")

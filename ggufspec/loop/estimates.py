@@ -86,6 +86,11 @@ class Realized:
         """Seconds of one of its rounds, the discounted mean (`default` before it has run)."""
         return self.seconds / self.rounds if self.rounds > 0 and self.seconds > 0 else default
 
+    def charge(self, seconds: float) -> None:
+        """More seconds for its last round (a cost it left to the rounds after it)."""
+        self.seconds += seconds
+        self.cur_seconds += seconds
+
     def add(self, tokens: float, seconds: float, *, pool: float, current: float) -> None:
         """A round of this source: earlier rounds weigh `pool` (`current`) less."""
         self.runs += 1

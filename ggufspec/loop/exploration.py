@@ -87,16 +87,19 @@ class Exploration(CatchUp):
         """Rounds between two retries of source `name`, one that has run and is not free: retry x_s."""
         st = self.settings
         if name == NONE:
-            return st.retry * self._spacing(NONE)
-        if name in self._hopeless_now:
+            rounds = st.retry * self._spacing(NONE)
+        elif name in self._hopeless_now:
             return self._hopeless_interval(name)
-        return min(st.retry, 4 * max(1, self._source(name).runs)) if st.few_runs else st.retry
+        else:
+            rounds = min(st.retry, 4 * max(1, self._source(name).runs)) if st.few_runs else st.retry
+        a = self.base_s()  # rule switch_cost: a retry costs a way back to one row too, 1 + S / a rounds' worth
+        return rounds * (1.0 + self.switch_s(now=False) / a) if a else rounds
 
     def _hopeless_interval(self, name: str) -> float:
         """Rounds between two retries of hopeless draft model `name` (module docstring)."""
         st = self.settings
         a, d = self.base_s(), self.draft_cost_s(name, self._caps.get(name, 1))
-        budget = d / (st.hopeless_share * a) if a and d else 0.0
+        budget = (d + self.switch_s(now=False)) / (st.hopeless_share * a) if a and d else 0.0
         return max(st.retry * st.spacing, budget)
 
     def _spacing(self, name: str) -> float:
