@@ -8,7 +8,7 @@ where not given), one controller per arm kept across prompts. A prompt set
 (tuned unless told: decisions are made on it only), 128 tokens, greedy.
 
     .venv/bin/python scripts/control_ab.py PASSES OUT.json --old check_rounds=0 [--new KEY=VAL ...]
-        [--set tuned|heldout] [--categories chat,code] [--limit N] [--regime as-1b]
+        [--set tuned|heldout] [--categories chat,code] [--limit N] [--regime as-1b] [--ngl auto]
         # 2 passes of the tuned set on the default pair: ~15 min on the 2-core EPYC
     .venv/bin/python scripts/control_ab.py --report OUT.json
 
@@ -77,6 +77,8 @@ def main() -> None:
     ap.add_argument("--categories", default=None)
     ap.add_argument("--regime", default="default", help="a regime of `bench --regimes` (its target and drafters)")
     ap.add_argument("--limit", type=int, default=None, help="the first N prompts of the set")
+    ap.add_argument("--ngl", default="0", help="layers of the target and the draft on a GPU: 0 (default: the CPU), "
+                                              "a count, 'all' or 'auto' (the planner's, as `run`)")
     args = ap.parse_args()
     (old, old_len), (new, new_len) = _settings(args.old), _settings(args.new)
     if (old, old_len) == (new, new_len):
@@ -96,8 +98,12 @@ def main() -> None:
     cats = args.categories.split(",") if args.categories else None
     prompts = [p for p in load_prompts(prompt_set=args.set) if cats is None or p.category in cats][:args.limit]
     regime = parse_regimes(args.regime)[0]
+    from ggufspec.settings import parse_layers
+
+    layers = parse_layers(args.ngl, flag="--ngl")
     pair = load_pair(target=regime.target, draft=list(regime.drafts),
-                     settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=0, n_gpu_layers_draft=0))
+                     settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=layers,
+                                           n_gpu_layers_draft=layers))
     model = [d for d in pair.drafters if d.name != "lookup"]
     arms = {
         "alone": ((), SpeculativeSettings(), None),

@@ -119,9 +119,7 @@ class Context:
                 b.logits[len(chunk) - 1] = True
             b.n_tokens = len(chunk)
             with HeldInterrupt():  # llama.cpp may log from inside a decode (see lib)
-                rc = lib.decode(self._ptr, b)
-                if rc == 0 and wait:  # (a no-op on the CPU backend)
-                    llama.llama_synchronize(self._ptr)
+                rc = lib.decode(self._ptr, b, wait=wait)
                 if rc == 0:
                     self._tokens.extend(int(t) for t in chunk)
             if rc != 0:

@@ -175,15 +175,24 @@ class HeldInterrupt:
                 previous(signal.SIGINT, None)  # the default handler raises KeyboardInterrupt
 
 
-def decode(ctx: Any, batch: Any) -> int:
+def decode(ctx: Any, batch: Any, *, wait: bool = True) -> int:
     """llama_decode(ctx, batch), on the process's compute thread when one is installed (see
-    `compute`). Call it under `HeldInterrupt`, with the bookkeeping of its result: the caller
-    then waits for the decode to end whatever Ctrl-C does, and records what reached the cache."""
+    `compute`); `wait`: then llama_synchronize, so that it returns once the device is done (a GPU
+    backend returns from llama_decode before). Call it under `HeldInterrupt`, with the bookkeeping
+    of its result: the caller then waits for the decode to end whatever Ctrl-C does, and records
+    what reached the cache."""
     owner = compute.current()
-    with stall.watching():  # a frozen RPC worker would hold it forever (see stall)
+    with stall.watching():  # a frozen RPC worker would hold either call forever (see stall)
         if owner is None:
-            return llama.llama_decode(ctx, batch)
-        return owner.call(llama.llama_decode, ctx, batch)
+            return _decode(ctx, batch, wait)
+        return owner.call(_decode, ctx, batch, wait)
+
+
+def _decode(ctx: Any, batch: Any, wait: bool) -> int:
+    rc = llama.llama_decode(ctx, batch)
+    if rc == 0 and wait:  # (a no-op on the CPU backend)
+        llama.llama_synchronize(ctx)
+    return rc
 
 
 def load_model(path: Path, params: Any) -> Any:

@@ -116,9 +116,7 @@ class MultiContext:
                     b.logits[i] = chunk.rows[j]
                     i += 1
             b.n_tokens = i
-            rc = lib.decode(self._ptr, b)
-            if rc == 0:  # a GPU backend returns before its work is done (Context.decode)
-                llama.llama_synchronize(self._ptr)
+            rc = lib.decode(self._ptr, b)  # waits for the device (Context.decode)
             for s, pos in fill.items():  # what reached the cache of an idle sequence goes again
                 llama.llama_memory_seq_rm(self._mem, s, pos, -1)
             self.filled += len(fill)

@@ -16,9 +16,11 @@
 # machine is warm goes on where the first stopped:
 #   devices       nvidia-smi, `ggufspec devices`
 #   derive        the Q8_0 target and the stand-ins from the shipped Q4_1, timed
-#   regime-*      bench --regimes default, then as-7b (short form, one step each; the models where
-#                 `run` puts them, every layer on the GPU): target alone, K = 2/4/8, always-draft,
-#                 the default, in lockstep; `identical` counts exactness
+#   regime-*      bench --regimes default, then as-7b, and as-1b after the A/Bs (short form, one
+#                 step each; the models where `run` puts them, every layer on the GPU): target
+#                 alone, K = 2/4/8, always-draft, the default, in lockstep; `identical` counts exactness
+#   ab-switch-*   scripts/control_ab.py on the GPU: the controller with rule switch_cost off against
+#                 on (lockstep, with the target alone and fixed K = 8), default pair then as-7b
 #   serve         scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
 #                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b then default
 #   batchrows-*   the two regimes again with GGUFSPEC_DRAFT_ONE_ROW=0: the draft's 2-token catch-up
@@ -123,12 +125,15 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit inside the budget, or
 measure() {
   mkdir -p "$W"
   # regimes: --limit prompts per set, --repeats lockstep passes, -n new tokens (default pair, then big)
-  local big=as-7b pair=smollm2-as-7b lim=2 limb=1 repeats=3 n=96 tokens=64 np=6 ne=192 npb=4 neb=160
-  if (( CPU )); then big=as-1b; pair=smollm2-as-1b; lim=1; limb=1; repeats=1; n=16; tokens=16; np=2; ne=24; npb=2; neb=24; fi
+  local big=as-7b pair=smollm2-as-7b lim=2 limb=1 repeats=3 n=96 tokens=64 np=6 ne=192 npb=4 neb=160 abp=3 abn=6
+  if (( CPU )); then big=as-1b; pair=smollm2-as-1b; lim=1; limb=1; repeats=1; n=16; tokens=16; np=2; ne=24; npb=2; neb=24; abp=1; abn=1; fi
   export -f gs; export PY
   regime() {  # regime STEP REGIME LIMIT [ENV...]: one bench --regimes step into $W/STEP
     local name=$1 r=$2 l=$3; shift 3
     echo "$* gs bench --regimes $r --limit $l --repeats $repeats -n $n --no-plots --out $W/$name"
+  }
+  ab() {  # ab REGIME SET: scripts/control_ab.py, rule switch_cost off (old) against on (new), on the GPU
+    echo "\$PY scripts/control_ab.py $abp $W/ab-switch-$1-$2.json --regime $1 --set $2 --limit $abn --ngl auto --old switch_cost=0 --new switch_cost=1"
   }
   # exactness NAME TARGET PROMPTS TOKENS: the command of an exact-* step, stock kernels then the
   # row-invariant dispatch (same prompts and tokens), into NAME-stock.json and NAME-invariant.json
@@ -143,6 +148,10 @@ measure() {
   # the models where run puts them (every layer on the GPU), the draft decoding one row at a time
   step regime-default 120 "$(regime regimes-default default "$lim")"
   step "regime-$big" 150 "$(regime "regimes-$big" "$big" "$limb")"
+  # the controller's rule switch_cost (on where the target runs on a GPU) off against on, in lockstep
+  step ab-switch-default 120 "$(ab default tuned); $(ab default heldout)"
+  step "ab-switch-$big" 150 "$(ab "$big" tuned)"
+  (( CPU )) || step regime-as-1b 100 "$(regime regimes-as-1b as-1b "$limb")"
   if [[ -x "$LLAMA_SERVER" ]]; then
     step serve 170 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_$big --startup-timeout 120
                     \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
