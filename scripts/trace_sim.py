@@ -338,8 +338,10 @@ class Policy:
     draft_extend: int = -1
     control: tuple[tuple[str, Any], ...] = ()
 
-    def settings(self) -> ControlSettings:
-        return ControlSettings(**dict(self.control))
+    def settings(self, *, gpu: bool = False) -> ControlSettings:
+        """Its `ControlSettings`; `gpu`: a profile with a GPU's graph, where the pair turns rule
+        switch_cost on (ggufspec.runtime), unless the policy says otherwise."""
+        return ControlSettings(**{"switch_cost": gpu, **dict(self.control)})
 
     @property
     def extend(self) -> int:
@@ -549,7 +551,8 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
     speedups: dict[tuple[Policy, str], list[float]] = collections.defaultdict(list)
     for seed in range(seeds):
         rng = random.Random(seed)
-        ctls = {p: DraftController(settings=p.settings()) for p in policies if p.kind != "fixed"}  # one per policy, kept across prompts
+        gpu = costs.uncaptured is not None
+        ctls = {p: DraftController(settings=p.settings(gpu=gpu)) for p in policies if p.kind != "fixed"}  # one per policy, kept across prompts
         for _ in range(2):  # the bench's two repeats, in its order
             for pid, t in traces.items():
                 alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * (costs.a + costs.python_s(0))

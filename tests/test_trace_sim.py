@@ -219,7 +219,8 @@ def test_on_a_gpu_the_controller_prices_the_way_back_to_one_row() -> None:
     # target runs on a GPU) times a after two rounds alone and charges the way back to the drafter.
     traces = json.loads((Path(__file__).parents[1] / "docs" / "bench" / "traces-default-pair.json").read_text())
     costs = trace_sim.Costs.from_profile({**trace_sim.PROFILES["h200-135m-graphs"], "draft_step_ms": 2.0})
-    priced, unpriced = trace_sim.Policy("default", 8, control=(("switch_cost", True),)), DEFAULT8
+    # (the replay turns the rule on for a profile with a GPU's graph, as the pair does)
+    priced, unpriced = DEFAULT8, trace_sim.Policy("default", 8, control=(("switch_cost", False),))
     speedups = trace_sim.replay(traces, costs, 0.0, 1, (priced, unpriced))
     median = {p: sorted(s for (q, _), runs in speedups.items() if q == p for s in runs)[len(traces)]
               for p in (priced, unpriced)}
