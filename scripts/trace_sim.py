@@ -619,8 +619,10 @@ def simulate(path: Path, bench: Path | None, noise: float, seeds: int, policies:
     print(f"costs ({costs.source}): target step {costs.a * 1e3:.2f} ms, draft step {costs.b * 1e3:.2f} ms "
           f"(first call {costs.f * 1e3:.2f}), verify of 3/5/9 rows {costs.verify_s(2) * 1e3:.2f}/"
           f"{costs.verify_s(4) * 1e3:.2f}/{costs.verify_s(8) * 1e3:.2f} ms, Python {costs.python0 * 1e3:.2f} ms a round "
-          f"+ {costs.python1 * 1e3:.2f} a draft + {costs.python_ctl * 1e3:.2f} controlled; noise {noise} a round; "
-          f"{seeds} seed(s)\n")
+          f"+ {costs.python1 * 1e3:.2f} a draft + {costs.python_ctl * 1e3:.2f} controlled; "
+          + (f"a change of the target's rows: two steps at {costs.uncaptured * 1e3:.2f} ms, "
+             f"+ {costs.capture * 1e3:.2f} to capture; " if costs.uncaptured is not None else "")
+          + f"noise {noise} a round; {seeds} seed(s)\n")
     print("| policy | " + " | ".join(cells) + " |\n|---|" + "---:|" * len(cells))
     for policy in policies:
         print(f"| {policy.label} | " + per_cell(lambda i: st.median(speedups[(policy, i)])) + " |")
