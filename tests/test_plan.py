@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +16,13 @@ from ggufspec.ggufinfo import ModelInfo, TensorInfo, read_model_info
 from ggufspec.plan import (
     DEFAULT_MARGIN,
     GpuBudget,
+    MemoryEstimate,
     OffloadPlan,
     compute_bytes,
     estimate_memory,
     kv_cells,
     layer_kv_bytes,
+    offload_copy_bytes,
     plan_offload,
 )
 from ggufspec.settings import ContextSettings
@@ -41,8 +44,16 @@ def make_info(*, n_layer: int, layer_bytes: int, n_embd: int, n_ff: int, vocab: 
     embd_bytes = embd_bytes if embd_bytes is not None else vocab * n_embd * 34 // 32  # Q8_0
     tensors = [TensorInfo(name="token_embd.weight", ggml_type="Q8_0", shape=(n_embd, vocab), n_bytes=embd_bytes,
                           layer=None, group="input", shard=0)]
-    tensors += [TensorInfo(name=f"blk.{i}.ffn.weight", ggml_type="Q4_K", shape=(layer_bytes,), n_bytes=layer_bytes,
-                           layer=i, group="layer", shard=0) for i in range(n_layer)]
+    # each block's bytes over its matrices in proportion to their elements (a llama block: q, k,
+    # v, o, then gate, up, down), so its largest tensor is an FFN matrix (offload_copy_bytes)
+    kv_w = n_head_kv * head_dim
+    parts = {"attn_q": n_embd * n_embd, "attn_k": n_embd * kv_w, "attn_v": n_embd * kv_w, "attn_output": n_embd * n_embd,
+             "ffn_gate": n_embd * n_ff, "ffn_up": n_embd * n_ff, "ffn_down": n_embd * n_ff}
+    total = sum(parts.values())
+    sizes = {k: layer_bytes * v // total for k, v in parts.items()}
+    sizes["ffn_down"] += layer_bytes - sum(sizes.values())
+    tensors += [TensorInfo(name=f"blk.{i}.{k}.weight", ggml_type="Q4_K", shape=(n,), n_bytes=n, layer=i, group="layer",
+                           shard=0) for i in range(n_layer) for k, n in sizes.items()]
     tensors.append(TensorInfo(name="output_norm.weight", ggml_type="F32", shape=(n_embd,), n_bytes=4 * n_embd,
                               layer=None, group="output", shard=0))
     if not tied:
@@ -100,11 +111,18 @@ def check_invariants(plan: OffloadPlan, target: ModelInfo, draft: ModelInfo | No
         gpu_indices = [g.index for g in plan.devices if g.index is not None]
         counted = {gpu_indices[d] if d is not None and mp.tensor_split else (mp.main_gpu if d is not None else None)
                    for d in layers}
-        assert counted - {None} == set(mp.gpu), (role, layers, mp.gpu)
         n_off = sum(d is not None for d in layers)
         assert n_off == mp.n_gpu_layers
+        # a split target's copy of its largest CPU-resident weight on the first GPU (llama.cpp runs
+        # prompt batches of those blocks there): that GPU's only entry where it holds none of its layers
+        split = role == "target" and 0 < n_off <= info.n_layer
+        copy_only = {g for g, est in mp.gpu.items() if g not in counted}
+        assert copy_only <= ({min(gpu_indices)} if split and gpu_indices else set()), (role, layers, mp.gpu)
+        for g in copy_only:
+            assert mp.gpu[g] == MemoryEstimate(compute_bytes=offload_copy_bytes(info, info.n_layer + 1 - n_off))
+        assert counted - {None} == set(mp.gpu) - copy_only, (role, layers, mp.gpu)
         # bytes per GPU from llama.cpp's assignment equal the plan's weights per GPU
-        for g, est in mp.gpu.items():
+        for g, est in ((g, est) for g, est in mp.gpu.items() if g not in copy_only):
             pos = gpu_indices.index(g) if mp.tensor_split else 0
             w = sum(info.layer_bytes[il] for il in range(info.n_layer) if layers[il] == pos)
             if layers[info.n_layer] == pos:
@@ -322,3 +340,24 @@ def test_plan_for_load(smollm2_q4_1: Path, tiny_target: Path) -> None:
     assert d["tensor_split"] == (3.0, 0.0) and d["main_gpu"] == 0
     t, d = plan_for_load(target=smollm2_q4_1, draft=None, gpus=(), context=f16_context(n_ctx=4096))
     assert t == d == {"n_gpu_layers": 0, "tensor_split": None, "main_gpu": 0}
+
+
+def test_a_split_target_keeps_room_on_the_first_gpu_for_a_weight_copy() -> None:
+    # llama.cpp runs a prompt batch's product with a CPU-resident weight on the first GPU, copying
+    # the weight into its compute buffer (H200: +40.9 MiB over the estimate without it at three
+    # splits of smollm2-as-7b, whose largest block tensor is 36.5 MiB)
+    plan = plan_offload(target=TARGET, draft=None, gpus=gpus(3), context=SPEC)
+    check_invariants(plan, TARGET, None)
+    n_off = plan.target.n_gpu_layers
+    assert 0 < n_off <= TARGET.n_layer  # split
+    copy = offload_copy_bytes(TARGET, TARGET.n_layer + 1 - n_off)
+    assert copy == max(t.n_bytes for t in TARGET.tensors if t.layer is not None) > 0  # an FFN matrix
+    assert plan.target.gpu[0].compute_bytes == compute_bytes(TARGET, SPEC, layers=True, output=True) + copy
+    assert plan.devices[0].used_bytes <= plan.devices[0].usable_bytes
+    # whole on the GPU: no copy; RPC workers only: none either (their backend offloads no op)
+    whole = plan_offload(target=TARGET, draft=None, gpus=gpus(12), context=SPEC)
+    assert whole.target.whole_on_gpu
+    assert whole.target.gpu[0].compute_bytes == compute_bytes(TARGET, SPEC, layers=True, output=True)
+    workers = tuple(dataclasses.replace(g, kind="rpc") for g in gpus(3))
+    remote = plan_offload(target=TARGET, draft=None, gpus=workers, context=SPEC)
+    assert remote.target.gpu[0].compute_bytes == compute_bytes(TARGET, SPEC, layers=True, output=True)

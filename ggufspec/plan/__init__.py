@@ -30,12 +30,14 @@ from ggufspec.plan.placement import (
     ModelPlan,
     OffloadPlan,
     Placement,
+    batch_gpu,
+    offload_copy_bytes,
     place_model,
     usage,
 )
 
 __all__ = [
     "DEFAULT_MARGIN", "GiB", "KV_PAD", "ContextNeed", "DeviceUse", "GpuBudget", "MemoryEstimate", "ModelPlan", "OffloadPlan",
-    "Placement", "check_cache_types", "check_context_fits", "compute_bytes", "estimate_memory", "kv_cells", "layer_kv_bytes",
-    "place_model", "plan_for_load", "plan_offload", "usage",
+    "Placement", "batch_gpu", "check_cache_types", "check_context_fits", "compute_bytes", "estimate_memory", "kv_cells",
+    "layer_kv_bytes", "offload_copy_bytes", "place_model", "plan_for_load", "plan_offload", "usage",
 ]

@@ -21,7 +21,9 @@ output): the larger of two phases, because the allocator reuses memory between t
   without), one per KV cache kind, alive through all layers, plus the activations
   4T(2 n_embd + 3 n_ff);
 * output: the logits 4T n_vocab plus 4T 2 n_embd.
-Checked against llama.cpp's own dry run (tests/test_plan_measure.py).
+Checked against llama.cpp's own dry run (tests/test_plan_measure.py). A target split between the
+CPU and the GPUs also needs, on the first GPU, room for a copy of its largest CPU-resident weight
+(llama.cpp runs prompt batches of those blocks there: ggufspec.plan.placement.offload_copy_bytes).
 """
 
 from __future__ import annotations

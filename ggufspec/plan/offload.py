@@ -14,7 +14,16 @@ from ggufspec.ggufinfo import ModelInfo
 from ggufspec.loop.exactness import auto_cache_type
 from ggufspec.plan.advice import advice
 from ggufspec.plan.memory import DEFAULT_MARGIN, MemoryEstimate, check_cache_types
-from ggufspec.plan.placement import DeviceUse, GpuBudget, ModelPlan, OffloadPlan, Placement, place_pair, usage
+from ggufspec.plan.placement import (
+    DeviceUse,
+    GpuBudget,
+    ModelPlan,
+    OffloadPlan,
+    Placement,
+    batch_gpu,
+    place_pair,
+    usage,
+)
 from ggufspec.settings import ContextSettings
 
 
@@ -25,7 +34,7 @@ def _layers_on(place: Placement | None, index: int) -> int:
 
 def _model_plan(role: Literal["target", "draft"], info: ModelInfo, context: ContextSettings, placement: Placement,
                 gpus: Sequence[GpuBudget]) -> ModelPlan:
-    gpu_est, ram = usage(info, context, placement)
+    gpu_est, ram = usage(info, context, placement, batch_gpu=batch_gpu(gpus) if role == "target" else None)
     total = ram
     for est in gpu_est.values():
         total = total + est
