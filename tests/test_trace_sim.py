@@ -225,3 +225,18 @@ def test_on_a_gpu_the_controller_prices_the_way_back_to_one_row() -> None:
     median = {p: sorted(s for (q, _), runs in speedups.items() if q == p for s in runs)[len(traces)]
               for p in (priced, unpriced)}
     assert median[priced] >= 0.9 > 0.75 >= median[unpriced], median
+
+
+def test_always_draft_on_a_gpu_still_prices_its_rounds() -> None:
+    # rule switch_cost times a only in rounds of the target alone after two others; always-draft
+    # runs none, so a comes from its drafting rounds as without the rule (it stayed unmeasured once,
+    # K stuck at the prior's 4)
+    traces = json.loads((Path(__file__).parents[1] / "docs" / "bench" / "traces-default-pair.json").read_text())
+    costs = trace_sim.Costs.from_profile(trace_sim.PROFILES["h200-135m-graphs"])
+    policy = trace_sim.Policy("always", 8)
+    ctl = DraftController(settings=policy.settings(gpu=True))
+    assert ctl.settings.switch_cost
+    ks: set[int] = set()
+    for trace in list(traces.values())[:3]:
+        ks |= set(trace_sim.simulate_prompt(trace, policy, ctl, costs, random.Random(0), 0.0).k_hist)
+    assert ctl.base_s() is not None and len(ks - {0}) > 1, ks

@@ -223,9 +223,8 @@ class DraftController(Checks):
             if self._switch_acc > 0.0:  # the way back to one row is over: S, one sample
                 self._switch.add(self.round, self._switch_acc)
                 self._switch_acc = 0.0
-        if drafted == 0 and not (switched and a is not None):  # measures a (an empty draft: not the target's cost)
+        if drafted == 0 and not switched:  # measures a (an empty draft: not the target's cost)
             self._base.add(self.round, vp)
-            self._steady = self._steady or not switched
         elif drafted > 0 and a is not None:  # bounds a from above
             self._bound.add(self.round, vp)
         if drafted > 0 and name is not None:

@@ -57,7 +57,6 @@ class CostModel:
         # ... and each source's runs away from one row: rounds in a row (the run going on: source, rounds)
         self._run_lengths: dict[str, Samples] = {}
         self._run: tuple[str | None, int] = (None, 0)
-        self._steady = False  # a measured in a round of the target alone after two (switch_cost)
         self._drafters: dict[str, DrafterModel] = {}
 
     def _fresh(self) -> int:
@@ -66,10 +65,7 @@ class CostModel:
 
     @per_state
     def base_s(self) -> float | None:
-        """a: one round of the target alone, seconds (None: not measured yet; with rule switch_cost,
-        until a round of the target alone ran after two others)."""
-        if self.settings.switch_cost and not self._steady:
-            return None
+        """a: one round of the target alone, seconds (None: not measured yet)."""
         found = [x for x in (self._base.median(self.round, self._fresh(), low=True),
                              self._bound.median(self.round, self._fresh(), low=True)) if x is not None]
         return min(found) if found and self._base else None
