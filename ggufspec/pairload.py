@@ -76,14 +76,23 @@ def runs_on_gpu(target_load: ModelSettings, devices: Sequence[Any]) -> bool:
     return target_load.n_gpu_layers != 0 and any(d.kind == "gpu" for d in devices)
 
 
+def runs_on_graphs(load: ModelSettings, devices: Sequence[Any]) -> bool:
+    """Layers go to a GPU whose backend replays a captured graph of each decode (CUDA), and runs a
+    decode whose shape differs from the last one's, and the next, without it (the other GPU
+    backends capture none)."""
+    return load.n_gpu_layers != 0 and any(d.kind == "gpu" and str(d.name).upper().startswith("CUDA")
+                                          for d in devices)
+
+
 def draft_one_row(draft_load: ModelSettings, devices: Sequence[Any]) -> bool:
     """Whether a draft model decodes one row at a time (ggufspec.loop.drafters.ModelDrafter's
-    `one_row`): where its layers go to a GPU, whose backend re-warms and re-captures its CUDA graph
-    whenever a decode's row count changes. GGUFSPEC_DRAFT_ONE_ROW=1 or 0 overrides (to compare)."""
+    `one_row`): where its layers go to a GPU whose backend re-warms and re-captures its graph
+    whenever a decode's shape changes (`runs_on_graphs`). GGUFSPEC_DRAFT_ONE_ROW=1 or 0 overrides
+    (to compare)."""
     forced = os.environ.get("GGUFSPEC_DRAFT_ONE_ROW", "").strip()
     if forced in ("0", "1"):
         return forced == "1"
-    return runs_on_gpu(draft_load, devices)
+    return runs_on_graphs(draft_load, devices)
 
 
 def add_workers(settings: PairSettings) -> None:

@@ -362,9 +362,10 @@ def load_pair(
     target_load, draft_load = pairload.model_settings(target_path, draft_path, settings)
     model_devices = pairload.load_devices()  # free memory before loading: llama.cpp's default split
     on_gpu = pairload.runs_on_gpu(target_load, model_devices)
-    # a GPU's graph: a change of the target's rows costs (rule switch_cost); not with server slots,
+    # a CUDA graph: a change of the target's rows costs (rule switch_cost); not with server slots,
     # whose decodes merge every slot's rows (their shape is not one round's)
-    control = ControlSettings(switch_cost=on_gpu and settings.parallel <= 1)
+    graphs = pairload.runs_on_graphs(target_load, model_devices)
+    control = ControlSettings(switch_cost=graphs and settings.parallel <= 1)
     ctx_settings: ContextSettings = settings.context.with_cache_type(auto_cache_type(target_info, on_gpu=on_gpu))
     pairload.check_memory(target_info, list(draft_infos.values()), settings, context=ctx_settings, devices=model_devices)
     target_model = Model(target_path, settings=target_load)

@@ -683,3 +683,22 @@ def test_on_a_gpus_graph_the_controller_prices_the_switch_back_to_one_row(fake_c
     unpriced = alone / _graph_world(fake_clock, switch_cost=False)
     assert priced >= 0.97, (priced, unpriced)
     assert priced > unpriced + 0.02, (priced, unpriced)
+
+
+def test_the_one_row_draft_and_the_switch_rule_are_for_cuda_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CUDA replays a captured graph of each decode and re-warms it at every change of shape; the
+    # CPU, RPC workers and the other GPU backends capture none (there one_row would only add decodes)
+    from types import SimpleNamespace
+
+    from ggufspec import pairload
+    from ggufspec.settings import ModelSettings
+
+    def dev(name: str, kind: str) -> SimpleNamespace:
+        return SimpleNamespace(name=name, kind=kind)
+
+    monkeypatch.delenv("GGUFSPEC_DRAFT_ONE_ROW", raising=False)
+    on, off = ModelSettings(n_gpu_layers=-1), ModelSettings(n_gpu_layers=0)
+    assert pairload.runs_on_graphs(on, [dev("CUDA0", "gpu")])
+    assert not pairload.runs_on_graphs(off, [dev("CUDA0", "gpu")])
+    assert not pairload.runs_on_graphs(on, [dev("Metal", "gpu"), dev("Vulkan0", "gpu"), dev("RPC0", "rpc")])
+    assert pairload.draft_one_row(on, [dev("CUDA0", "gpu")]) and not pairload.draft_one_row(on, [dev("Metal", "gpu")])

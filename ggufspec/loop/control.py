@@ -16,7 +16,7 @@ at `winsor` T(K) (rule `winsor`).
 
 Hold (`hold`, ggufspec.loop.hold): a clear choice stands a few rounds without pricing the sources.
 
-Switch (`switch_cost`, on where the target runs on a GPU): llama.cpp's CUDA backend runs a decode
+Switch (`switch_cost`, on where the target runs on a CUDA GPU): llama.cpp's CUDA backend runs a decode
 whose rows differ from the last one's without its graph, and the next of those rows too (capturing
 it). So a is measured only in a round of the target alone after two others; what the two rounds
 after a drafting run cost over 2a (S) is charged to the drafter that left one row, and a drafter's

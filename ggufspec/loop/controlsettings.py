@@ -59,7 +59,7 @@ class ControlSettings:
     recheck: bool = True  # a drafting round under a / 2 re-measures a
     hopeless: bool = True  # a model whose ceiling cannot beat the best other source is left
     check_pricing: bool = True  # a check runs only where it pays at the measured costs (off: whenever due)
-    # a target on a GPU (on where one runs it; off: a CPU's decode costs what its rows do): a
+    # a target on a CUDA GPU (on where one runs it; off: a CPU's decode costs what its rows do): a
     # decode whose shape differs from the last runs without the backend's graph, and so does the
     # next (which captures it): a only from rounds of the target alone after two, and what such a
     # round costs over a charged to the drafting round that moved the target off one row
