@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from ggufspec.ggufinfo import ModelInfo, read_model_info
 from ggufspec.hardware import offload_devices
 from ggufspec.llama import stall
+from ggufspec.loop.controlsettings import ControlSettings
 from ggufspec.loop.kvshare import shared_kv_refusal
 from ggufspec.plan import plan_for_load
 from ggufspec.plan.fit import ContextNeed, check_context_fits
@@ -84,15 +85,27 @@ def runs_on_graphs(load: ModelSettings, devices: Sequence[Any]) -> bool:
                                           for d in devices)
 
 
-def draft_one_row(draft_load: ModelSettings, devices: Sequence[Any]) -> bool:
+def draft_one_row(draft_load: ModelSettings, devices: Sequence[Any] | None = None, *, parallel: int = 1) -> bool:
     """Whether a draft model decodes one row at a time (ggufspec.loop.drafters.ModelDrafter's
     `one_row`): where its layers go to a GPU whose backend re-warms and re-captures its graph
-    whenever a decode's shape changes (`runs_on_graphs`). GGUFSPEC_DRAFT_ONE_ROW=1 or 0 overrides
-    (to compare)."""
+    whenever a decode's shape changes (`runs_on_graphs`; `devices`: llama.cpp's, asked when None),
+    and not for server slots (`parallel` > 1: their decodes batch every slot's rows).
+    GGUFSPEC_DRAFT_ONE_ROW=1 or 0 overrides the first (to compare)."""
+    if parallel > 1:
+        return False
     forced = os.environ.get("GGUFSPEC_DRAFT_ONE_ROW", "").strip()
     if forced in ("0", "1"):
         return forced == "1"
+    if devices is None:
+        devices = load_devices() if draft_load.n_gpu_layers else ()
     return runs_on_graphs(draft_load, devices)
+
+
+def control_settings(target_load: ModelSettings, devices: Sequence[Any], settings: PairSettings) -> ControlSettings:
+    """The draft controller's settings for this hardware: rule switch_cost where the target's
+    graph is captured (`runs_on_graphs`: a change of its rows costs), not with server slots, whose
+    decodes merge every slot's rows (their shape is not one round's)."""
+    return ControlSettings(switch_cost=settings.parallel <= 1 and runs_on_graphs(target_load, devices))
 
 
 def add_workers(settings: PairSettings) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from ggufspec import pairload
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import ModelInfo, read_model_info
-from ggufspec.loop.control import ControlSettings, DraftController
+from ggufspec.loop.control import DraftController
 from ggufspec.loop.drafters import Drafter, LookupDrafter, ModelDrafter
 from ggufspec.loop.engine import Generation, generate
 from ggufspec.loop.exactness import auto_cache_type, greedy_exactness
@@ -66,9 +66,7 @@ class SpeculativePair:
     devices: tuple[DeviceLayers, ...] = ()
     # loaded draft models: drafter -> (path, model, context), closed with the pair
     _drafters: dict[int, tuple[Drafter, Path | None, object, object]] = field(default_factory=dict, repr=False)
-    # the controller's settings for this pair's hardware (rule switch_cost where the target runs on
-    # a GPU), and its estimates, kept across generations (learned once per pair)
-    control: ControlSettings = field(default_factory=ControlSettings)
+    # the draft controller's estimates, kept across generations (its settings: pairload.control_settings)
     controller: DraftController = field(default_factory=DraftController, repr=False)
     # settings.parallel > 1: serializes every llama.cpp call of the multi-sequence contexts
     _llama_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -131,10 +129,8 @@ class SpeculativePair:
         # named by its file; a second draft of the same file gets "#2"
         taken = {d.name for d, *_ in self._drafters.values()}
         name = next(n for n in (path.stem, *(f"{path.stem}#{i}" for i in range(2, 100))) if n not in taken)
-        # one row a decode on a GPU (not for a server's slots: their decodes batch every slot's rows)
-        one_row = self.settings.parallel <= 1 and pairload.draft_one_row(
-            draft_load, pairload.load_devices() if draft_load.n_gpu_layers else ())
-        drafter = ModelDrafter(ctx, name=name, kv_source=self.target_ctx if shared else None, one_row=one_row)
+        drafter = ModelDrafter(ctx, name=name, kv_source=self.target_ctx if shared else None,
+                               one_row=pairload.draft_one_row(draft_load, parallel=self.settings.parallel))
         self._drafters[id(drafter)] = (drafter, path, model, ctx)
         return drafter
 
@@ -258,8 +254,8 @@ class SpeculativePair:
         return slots
 
     def new_controller(self) -> DraftController:
-        """A fresh controller with this pair's settings (`control`)."""
-        return DraftController(settings=self.control)
+        """A fresh controller with the settings of the pair's own."""
+        return DraftController(settings=self.controller.settings)
 
     def fork(self, drafters: Sequence[Drafter]) -> tuple[Context, tuple[Drafter, ...]]:
         """A fresh target context on the loaded target model, and a fresh copy of each of
@@ -294,8 +290,7 @@ class SpeculativePair:
         `target`'s KV cache where `d` takes the pair's; prompt lookup anew (its n-gram index is
         per generation); any other drafter as it is."""
         if isinstance(d, ModelDrafter):
-            return ModelDrafter(context(d), name=d.name, kv_source=target if d.kv_source is not None else None,
-                                one_row=d.one_row)
+            return d.copy(context(d), kv_source=target if d.kv_source is not None else None)
         if isinstance(d, LookupDrafter):
             return LookupDrafter(self.settings.lookup)
         return d
@@ -362,10 +357,6 @@ def load_pair(
     target_load, draft_load = pairload.model_settings(target_path, draft_path, settings)
     model_devices = pairload.load_devices()  # free memory before loading: llama.cpp's default split
     on_gpu = pairload.runs_on_gpu(target_load, model_devices)
-    # a CUDA graph: a change of the target's rows costs (rule switch_cost); not with server slots,
-    # whose decodes merge every slot's rows (their shape is not one round's)
-    graphs = pairload.runs_on_graphs(target_load, model_devices)
-    control = ControlSettings(switch_cost=graphs and settings.parallel <= 1)
     ctx_settings: ContextSettings = settings.context.with_cache_type(auto_cache_type(target_info, on_gpu=on_gpu))
     pairload.check_memory(target_info, list(draft_infos.values()), settings, context=ctx_settings, devices=model_devices)
     target_model = Model(target_path, settings=target_load)
@@ -389,7 +380,7 @@ def load_pair(
         inexact_greedy=greedy_exactness(target_info, on_gpu=on_gpu, cache_type=ctx_settings.cache_type_k,
                                         invariant_kernels=batch_invariant_kernels()),
         devices=pairload.layers_per_device(target_info, target_load, draft_path, draft_load, model_devices),
-        control=control, controller=DraftController(settings=control),
+        controller=DraftController(settings=pairload.control_settings(target_load, model_devices, settings)),
         _llama_lock=lock,
     )
     try:

@@ -159,6 +159,10 @@ class ModelDrafter:
     def kv_shared(self) -> bool:
         return self.kv_source is not None
 
+    def copy(self, context: Target, *, kv_source: KVSource | None) -> ModelDrafter:
+        """This drafter (its name and settings) on another context of the same model."""
+        return ModelDrafter(context, name=self.name, kv_source=kv_source, one_row=self.one_row)
+
     def continue_after(self, history: Sequence[int], drafts: Sequence[int], *, draft_len: int) -> Draft:
         return Draft((), ())  # a model's continuation is its next round: drafting costs
 
