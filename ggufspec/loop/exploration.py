@@ -92,8 +92,9 @@ class Exploration(CatchUp):
             return self._hopeless_interval(name)
         else:
             rounds = min(st.retry, 4 * max(1, self._source(name).runs)) if st.few_runs else st.retry
-        a = self.base_s()  # rule switch_cost: a retry costs a way back to one row too, 1 + S / a rounds' worth
-        return rounds * (1.0 + self.switch_s(now=False) / a) if a else rounds
+        s = self.switch_s(now=False)  # rule switch_cost: a retry costs a way back to one row too, S / a rounds
+        a = self.base_s() if s else None
+        return rounds * (1.0 + s / a) if a else rounds
 
     def _hopeless_interval(self, name: str) -> float:
         """Rounds between two retries of hopeless draft model `name` (module docstring)."""

@@ -14,16 +14,8 @@ from ggufspec.ggufinfo import ModelInfo
 from ggufspec.loop.exactness import auto_cache_type
 from ggufspec.plan.advice import advice
 from ggufspec.plan.memory import DEFAULT_MARGIN, MemoryEstimate, check_cache_types
-from ggufspec.plan.placement import (
-    DeviceUse,
-    GpuBudget,
-    ModelPlan,
-    OffloadPlan,
-    Placement,
-    batch_gpu,
-    place_pair,
-    usage,
-)
+from ggufspec.plan.placement import (DeviceUse, GpuBudget, ModelPlan, OffloadPlan, Placement, batch_gpu, place_pair,
+                                     usage)
 from ggufspec.settings import ContextSettings
 
 
