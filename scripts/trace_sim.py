@@ -75,7 +75,7 @@ from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX
 
 # the tests' simulated clock and fake Target (tests/fakes.py), under the replay's trace-backed fakes
 sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
-from fakes import FakeClock, FakeModel, FakeVocab
+from fakes import CudaGraph, FakeClock, FakeModel, FakeVocab
 
 MODEL = "model"
 K_MAX = 16  # draft tokens scored from each position by `record` (the most a replayed policy may draft)
@@ -443,17 +443,14 @@ class TraceTarget(FakeModel):
         super().__init__(lm=lambda prefix: eye[seq[len(prefix)]], vocab=FakeVocab([b"x"] * r.n_vocab),
                          n_ctx=n_ctx, n_batch=n_ctx)
         self.sim, self.costs, self.controlled = sim, costs, controlled
-        self.shape, self.captured = -1, False  # the graph's rows (Costs.uncaptured)
+        self.graph = CudaGraph(costs.uncaptured, costs.capture) if costs.uncaptured is not None else None
 
     def decode(self, tokens: Sequence[int], *, logits: str = "last", wait: bool = True) -> None:
         super().decode(tokens, logits=logits)
         rows, costs = len(tokens), self.costs
         step = costs.verify_s(rows - 1)
-        if costs.uncaptured is not None:
-            if rows != self.shape:
-                self.shape, self.captured, step = rows, False, costs.uncaptured
-            elif not self.captured:
-                self.captured, step = True, costs.uncaptured + costs.capture
+        if self.graph is not None:
+            step = self.graph.cost(rows, step)
         if logits == "all":  # a round's verify (the prompt's prefill, "last", is not generation time)
             k = rows - 1
             self.sim.t += (step + costs.python_s(k, controlled=self.controlled)) * self.sim.jitter

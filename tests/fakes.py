@@ -75,6 +75,28 @@ def ngram_lm(*, n_vocab: int, seed: int, order: int = 2, peak: float = 3.0, nois
 
 
 @dataclass
+class CudaGraph:
+    """A GPU context's captured graph as llama.cpp's CUDA backend runs it: a decode whose rows
+    differ from the last one's runs without the graph (`uncaptured` seconds, launch-bound whatever
+    the rows), the next of those rows too, capturing it (+ `capture`); then it replays."""
+
+    uncaptured: float
+    capture: float
+    shape: int = -1
+    captured: bool = False
+
+    def cost(self, rows: int, replay: float) -> float:
+        """Seconds of a decode of `rows` rows that costs `replay` when its graph replays."""
+        if rows != self.shape:
+            self.shape, self.captured = rows, False
+            return self.uncaptured
+        if not self.captured:
+            self.captured = True
+            return self.uncaptured + self.capture
+        return replay
+
+
+@dataclass
 class FakeModel:
     """A fake context implementing ggufspec.loop.target.Target."""
 
