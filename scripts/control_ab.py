@@ -1,7 +1,8 @@
 """A change of the draft controller's settings, A/B in lockstep on the real default pair.
 
-Arms, each on its own fork of the default pair (or --regime's target and drafters), warmed by one
-untimed generation, run step by step together on each prompt (ggufspec.bench.lockstep): the target
+Arms, on forks of the default pair (or --regime's target and drafters; each arm on the next fork
+from prompt to prompt), warmed by one untimed generation, run step by step together on each prompt
+(ggufspec.bench.lockstep): the target
 alone, fixed K = 8 (the draft model), the drafters under `ControlSettings(**OLD)` and
 `DraftLengthSettings(**OLD)` ("old"; KEY names a field of either) and under NEW ("new"; the defaults
 where not given), one controller per arm kept across prompts. A prompt set
@@ -112,20 +113,27 @@ def main() -> None:
         "new": (list(pair.drafters), SpeculativeSettings(length=new_len), lambda: DraftController(settings=new)),
     }
     toks = {p.id: prompt_tokens(pair, p) for p in prompts}
-    lanes = {arm: pair.fork(list(ds)) for arm, (ds, _, _) in arms.items()}
+    # each lane its own target context and a copy of every drafter; arm i runs on lane i + b in
+    # block b (a context keeps a few percent of its own speed for the whole process: rotated,
+    # no arm carries one lane's, ggufspec.bench.ours.Ours.start)
+    lanes = [pair.fork(list(pair.drafters)) for _ in arms]
+    names = [d.name for d in pair.drafters]
 
-    def gen(arm, pid, ctl):
-        target, copies = lanes[arm]
-        return generate(target=target, prompt=toks[pid], drafters=copies, max_tokens=128, cache_prompt=False,
-                        sampling=SamplingSettings(temperature=0.0), speculative=arms[arm][1], controller=ctl)
+    def gen(arm, pid, ctl, lane):
+        target, copies = lanes[lane]
+        mine = {d.name for d in arms[arm][0]}
+        return generate(target=target, prompt=toks[pid], drafters=[c for n, c in zip(names, copies) if n in mine],
+                        max_tokens=128, cache_prompt=False, sampling=SamplingSettings(temperature=0.0),
+                        speculative=arms[arm][1], controller=ctl)
 
-    for arm in arms:
-        gen(arm, prompts[0].id, DraftController()).run()  # warm the lane
+    for i, arm in enumerate(arms):
+        gen(arm, prompts[0].id, DraftController(), i).run()  # warm the lane
     ctls = {arm: (make() if make else None) for arm, (_, _, make) in arms.items()}
     res = collections.defaultdict(list)
     for r in range(args.passes):
-        for p in prompts:
-            gens = [gen(a, p.id, ctls[a]) for a in arms]
+        for j, p in enumerate(prompts):
+            block = r * len(prompts) + j
+            gens = [gen(a, p.id, ctls[a], (i + block) % len(arms)) for i, a in enumerate(arms)]
             busy = interleave(gens)
             for a, g, b in zip(arms, gens, busy):
                 res[f"{a}|{p.id}"].append(len(g.tokens) / max(1e-9, b - g.stats.prompt_s))

@@ -417,9 +417,9 @@ def test_compared_quants_run_alone_and_stay_out_of_the_default_configuration() -
 
 def test_a_lockstep_lane_is_warmed_before_its_first_measured_generation(
         tmp_path: Path, tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
-    """A configuration's own contexts (its lane) run one untimed generation when made, with a
-    throwaway controller: the first measured block is not the lanes' cold start, and the measured
-    controller has seen nothing yet."""
+    """A lane's own contexts run one untimed generation when made, with a throwaway controller:
+    the first measured block is not the lanes' cold start, and the measured controller has seen
+    nothing yet. Another configuration on the same lane later gives the same output."""
     from ggufspec.bench.ours import Ours
 
     plan = bench.make_plan(
@@ -432,13 +432,17 @@ def test_a_lockstep_lane_is_warmed_before_its_first_measured_generation(
     try:
         cfg = next(c for c in plan.configs if c.engine == "ggufspec" and not c.is_baseline and not c.fixed)
         prompt = plan.prompts[0]
-        gen = ours.start(cfg, prompt, 0, fork=True)
-        target, _ = ours.lanes[cfg.name]
+        gen = ours.start(cfg, prompt, 0, lane=0)
+        target, copies = ours.lanes[0]
+        assert set(copies) == {"q8"}  # every drafter of the plan, whichever configuration made the lane
         n_prompt = len(ours.tokens[prompt.id])
         assert len(target.tokens) > n_prompt  # the warm-up generated on the lane's own context
         assert ours.controllers[cfg.name].round == 0  # the measured controller has not run yet
         first = gen.run().tokens
-        assert first == ours.start(cfg, prompt, 0, fork=True).run().tokens  # warm or not, the same output
+        assert first == ours.start(cfg, prompt, 0, lane=0).run().tokens  # warm or not, the same output
+        alone = next(c for c in plan.configs if c.engine == "ggufspec" and c.is_baseline)
+        assert ours.start(alone, prompt, 0, lane=0).run().tokens == first  # greedy: the target's text
+        assert ours.start(cfg, prompt, 0, lane=1).run().tokens == first and len(ours.lanes) == 2
     finally:
         ours.pair.close()
 
@@ -462,3 +466,15 @@ def test_bench_runs_a_target_with_no_chat_template_on_plain_text(
     result = bench.run_bench(plan)
     assert all(r.error is None for r in result.runs), [r.error for r in result.runs if r.error]
     assert result.summary["identical_greedy"] == 1.0
+    # lanes rotate: in each lockstep block (a prompt, a repeat, a temperature) every configuration
+    # on its own lane, and from block to block each moves on (a lane's own speed is spread over
+    # all of them, not one configuration's)
+    ours = [r for r in result.runs if r.engine == "ggufspec"]
+    blocks = {(r.repeat, r.prompt_id, r.temperature) for r in ours}
+    for b in blocks:
+        lanes = [r.lane for r in ours if (r.repeat, r.prompt_id, r.temperature) == b]
+        assert sorted(lanes) == list(range(len(lanes)))
+    for cfg in {r.config for r in ours}:
+        n_cfgs = len({r.config for r in ours if r.temperature == next(x.temperature for x in ours if x.config == cfg)})
+        n_blocks = len({(r.repeat, r.prompt_id) for r in ours if r.config == cfg})
+        assert len({r.lane for r in ours if r.config == cfg}) == min(n_blocks, n_cfgs)

@@ -37,8 +37,8 @@ class Ours:
         # one controller per configuration, kept across its prompts: what a user running that
         # configuration would have (shared, one configuration's rounds would steer another's)
         self.controllers: dict[str, Any] = {}
-        # per configuration, its own target context and drafters (lockstep runs; `start(fork=True)`)
-        self.lanes: dict[str, tuple[Any, tuple]] = {}
+        # lockstep lanes (`start(lane=i)`): each its own target context and a copy of every drafter
+        self.lanes: list[tuple[Any, dict[str, Any]]] = []
         self.paths: dict[str, Path] = {d.label: Path(self.pair.draft_name(self.drafters[d.label]))
                                        for d in plan.drafts if d.ref != LOOKUP}
         self.tokens: dict[str, list[int]] = {}
@@ -65,9 +65,16 @@ class Ours:
             bos_token=m.special_text(m.bos), eos_token=m.special_text(m.eos),
         )
 
-    def start(self, cfg: Config, prompt: BenchPrompt, seed: int, *, fork: bool = False):
-        """One generation, not yet run. fork: on the configuration's own contexts (made on its
-        first use, `SpeculativePair.fork`), so that it can run beside the others (lockstep)."""
+    def start(self, cfg: Config, prompt: BenchPrompt, seed: int, *, lane: int | None = None):
+        """One generation, not yet run. `lane`: on lockstep lane `lane`'s own contexts (made on
+        its first use, `SpeculativePair.fork`), so that it can run beside the others; None: on
+        the pair's.
+
+        Why lanes rotate (the caller gives each configuration another lane from block to block):
+        a context keeps its speed for the whole process, a few percent apart from another's
+        (an A/A of the target alone on two contexts: +0.3% to +2.0% in three processes; one grid's
+        Q4_1 lanes 5.6%, docs/bench/regimes-cpu-2026-11-27e). A configuration tied to one lane
+        carries that lane's speed into every ratio; rotated, it averages over the lanes."""
         from ggufspec.loop.engine import generate
         sampling = SamplingSettings(temperature=cfg.temperature, seed=seed)
         labels = [] if cfg.is_baseline else cfg.draft.split("+")  # "Q4_1+lookup": both
@@ -88,20 +95,22 @@ class Ours:
                 controller=controller,
             )
 
-        if fork:
-            if cfg.name not in self.lanes:
-                target, copies = self.pair.fork([self.drafters[label] for label in labels])
-                self.lanes[cfg.name] = (target, copies)
+        if lane is None:
+            target, drafters = self.pair.target_ctx, tuple(self.drafters[label] for label in labels)
+        else:
+            while len(self.lanes) <= lane:
+                target, copies = self.pair.fork(list(self.drafters.values()))
+                self.lanes.append((target, dict(zip(self.drafters, copies))))
                 # A new lane's first generation is its memory's first use (KV cache and compute
                 # buffers paged in, each batch shape's first graph): in the first lockstep bench
                 # the first block ran the target alone at 13.6 tok/s against 24.0 in the next, and
                 # the default's controller, timing it, ran the target alone 28 of 46 rounds. One
                 # untimed generation warms the lane; a throwaway controller keeps the measured
                 # one's history what a sequential bench gives it (warm contexts, a cold controller).
-                gen(target, copies, self.pair.new_controller()).run()
-            target, drafters = self.lanes[cfg.name]
-        else:
-            target, drafters = self.pair.target_ctx, tuple(self.drafters[label] for label in labels)
+                gen(target, tuple(copies[list(self.drafters).index(label)] for label in labels),
+                    self.pair.new_controller()).run()
+            target, copies = self.lanes[lane]
+            drafters = tuple(copies[label] for label in labels)
         return gen(target, drafters, self.controllers.setdefault(cfg.name, self.pair.new_controller()))
 
     def run(self, cfg: Config, prompt: BenchPrompt, seed: int):

@@ -48,6 +48,7 @@ class RunRecord:
     stop_reason: str = ""
     identical: bool | None = None  # greedy: same tokens as the target alone on this prompt
     error: str | None = None
+    lane: int | None = None  # lockstep: the lane (own contexts) it ran on; None: the pair's contexts
 
 
 @dataclass(kw_only=True)

@@ -220,17 +220,23 @@ def _ours_record(eng: _Engines, cfg: Config, gen: Any, s: Any, base: dict) -> Ru
 
 def _run_lockstep(eng: _Engines, cfgs: list[Config], prompt: BenchPrompt, *, repeat: int, prompt_index: int,
                   order: int) -> list[RunRecord]:
-    """Our configurations `cfgs` on `prompt` in lockstep, each on its own contexts; a generation's
-    time after its first token is the time inside its own steps less its prefill."""
+    """Our configurations `cfgs` on `prompt` in lockstep, each on its own contexts: the i-th by
+    name runs on lane i + b of block b = repeat x prompts + prompt, modulo the lanes, so every
+    configuration moves to the next lane from block to block (`Ours.start`). A generation's time
+    after its first token is the time inside its own steps less its prefill."""
     seed = _seed(eng.plan, prompt_index, repeat)
-    gens = [eng.ours.start(cfg, prompt, seed, fork=True) for cfg in cfgs]
+    shift = repeat * len(eng.plan.prompts) + prompt_index
+    rank = {name: i for i, name in enumerate(sorted(c.name for c in cfgs))}  # (the block's order rotates too)
+    lanes = [(rank[cfg.name] + shift) % len(cfgs) for cfg in cfgs]
+    gens = [eng.ours.start(cfg, prompt, seed, lane=lane) for cfg, lane in zip(cfgs, lanes)]
     busy = interleave(gens)
     records: dict[str, RunRecord] = {}
     # the target alone first: the others' `identical` compares with its tokens
     for i in sorted(range(len(cfgs)), key=lambda i: not cfgs[i].is_baseline):
         cfg, gen = cfgs[i], gens[i]
         stats = dataclasses.replace(gen.stats, gen_s=max(0.0, busy[i] - gen.stats.prompt_s))
-        records[cfg.name] = _ours_record(eng, cfg, gen, stats, _base(eng, cfg, prompt, repeat=repeat, order=order + i))
+        records[cfg.name] = dataclasses.replace(_ours_record(eng, cfg, gen, stats, _base(eng, cfg, prompt, repeat=repeat, order=order + i)),
+                                    lane=lanes[i])
     return [records[c.name] for c in cfgs]
 
 
