@@ -58,6 +58,7 @@ class ControlSettings:
     induced_catchup: bool = True  # a free round is charged the catch-up it leaves the model in play
     recheck: bool = True  # a drafting round under a / 2 re-measures a
     hopeless: bool = True  # a model whose ceiling cannot beat the best other source is left
+    full_retry: bool = True  # a model prefilled because its retry is due opens in full (off: 1 round where it lost)
     check_pricing: bool = True  # a check runs only where it pays at the measured costs (off: whenever due)
     # a target on a CUDA GPU (on where one runs it; off: a CPU's decode costs what its rows do): a
     # decode whose shape differs from the last runs without the backend's graph, and so does the

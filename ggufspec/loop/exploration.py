@@ -15,7 +15,11 @@ Confirm: a retry after which the source's estimate, or the retry round's own rat
 best other source's runs again, up to `confirm` more rounds.
 
 Opening: a draft model prefilled with a new prompt runs its first `opening` rounds (1 where it
-lost clearly when last chosen: under `close` of the best).
+lost clearly when last chosen: under `close` of the best), all of them where it was prefilled
+because its retry was due (rule `full_retry`). A prompt's first tokens are often hard: judged on
+its first round alone, a retry there failed, the estimate only fell, and a model that did not
+share the target's cache sat out whole prompts (tests/test_control.py's hard-start prompts:
+default / best fixed K 0.84 in 3 of 12 seeds; with the rule 0.93 or more).
 
 Hopeless (rule `hopeless`): a draft model whose ceiling max_K (K + 1) / T(K) at the measured
 costs does not beat the best other source is not opened nor prefilled, and is retried only every
@@ -134,7 +138,16 @@ class Exploration(CatchUp):
         close = self._rates.get(name, 0.0) >= self.settings.close * best
         if not (leader or due or close):
             return False
-        if backlog is None or remaining is None or self._explore_unsettled(name, s.last, best):
+        if self._prefills(name, s.last, leader, best, backlog=backlog, remaining=remaining):
+            if due and self.settings.full_retry:  # rule `full_retry`: a retry's full opening
+                self._exploring.add(name)
+            return True
+        return False
+
+    def _prefills(self, name: str, last: int, leader: bool, best: float, *, backlog: int | None,
+                  remaining: int | None) -> bool:
+        """`wants` for a model that leads, is within `close` of the leader or is due for a retry."""
+        if backlog is None or remaining is None or self._explore_unsettled(name, last, best):
             return True
         other = max((r for n, r in self._pooled.items() if n != name), default=0.0)
         rate = self._pooled.get(name, 0.0)
