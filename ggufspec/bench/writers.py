@@ -28,7 +28,7 @@ CSV_FIELDS = [
     "config", "engine", "draft", "k", "adaptive", "accept", "temperature", "prompt_id", "category", "repeat",
     "order", "prompt_tokens", "generated_tokens", "gen_tps", "prompt_tps", "gen_s", "drafted", "accepted",
     "rejections", "rounds", "paused_rounds", "k_hist", "drafter_rounds", "draft_s", "verify_s", "overhead_s",
-    "stop_reason", "identical", "error", "checks", "checks_failed", "extended", "extended_accepted",
+    "stop_reason", "identical", "error", "checks", "checks_failed", "extended", "extended_accepted", "lane",
 ]
 
 
