@@ -2,8 +2,7 @@
 
 Arms, on forks of the default pair (or --regime's target and drafters; each arm on the next fork
 from prompt to prompt), warmed by one untimed generation, run step by step together on each prompt
-(ggufspec.bench.lockstep): the target
-alone, fixed K = 8 (the draft model), the drafters under `ControlSettings(**OLD)` and
+(ggufspec.bench.lockstep): the target alone, fixed K = 8 (the draft model), the drafters under `ControlSettings(**OLD)` and
 `DraftLengthSettings(**OLD)` ("old"; KEY names a field of either) and under NEW ("new"; the defaults
 where not given), one controller per arm kept across prompts. A prompt set
 (tuned unless told: decisions are made on it only), 128 tokens, greedy.
@@ -116,13 +115,12 @@ def main() -> None:
     # each lane its own target context and a copy of every drafter; arm i runs on lane i + b in
     # block b (a context keeps a few percent of its own speed for the whole process: rotated,
     # no arm carries one lane's, ggufspec.bench.ours.Ours.start)
-    lanes = [pair.fork(list(pair.drafters)) for _ in arms]
     names = [d.name for d in pair.drafters]
+    lanes = [(target, dict(zip(names, copies))) for target, copies in (pair.fork(list(pair.drafters)) for _ in arms)]
 
     def gen(arm, pid, ctl, lane):
         target, copies = lanes[lane]
-        mine = {d.name for d in arms[arm][0]}
-        return generate(target=target, prompt=toks[pid], drafters=[c for n, c in zip(names, copies) if n in mine],
+        return generate(target=target, prompt=toks[pid], drafters=[copies[d.name] for d in arms[arm][0]],
                         max_tokens=128, cache_prompt=False, sampling=SamplingSettings(temperature=0.0),
                         speculative=arms[arm][1], controller=ctl)
 

@@ -99,16 +99,16 @@ class Ours:
             target, drafters = self.pair.target_ctx, tuple(self.drafters[label] for label in labels)
         else:
             while len(self.lanes) <= lane:
-                target, copies = self.pair.fork(list(self.drafters.values()))
-                self.lanes.append((target, dict(zip(self.drafters, copies))))
+                target, forked = self.pair.fork(list(self.drafters.values()))
+                copies = dict(zip(self.drafters, forked))  # label -> this lane's copy
+                self.lanes.append((target, copies))
                 # A new lane's first generation is its memory's first use (KV cache and compute
                 # buffers paged in, each batch shape's first graph): in the first lockstep bench
                 # the first block ran the target alone at 13.6 tok/s against 24.0 in the next, and
                 # the default's controller, timing it, ran the target alone 28 of 46 rounds. One
                 # untimed generation warms the lane; a throwaway controller keeps the measured
                 # one's history what a sequential bench gives it (warm contexts, a cold controller).
-                gen(target, tuple(copies[list(self.drafters).index(label)] for label in labels),
-                    self.pair.new_controller()).run()
+                gen(target, tuple(copies[label] for label in labels), self.pair.new_controller()).run()
             target, copies = self.lanes[lane]
             drafters = tuple(copies[label] for label in labels)
         return gen(target, drafters, self.controllers.setdefault(cfg.name, self.pair.new_controller()))

@@ -235,8 +235,8 @@ def _run_lockstep(eng: _Engines, cfgs: list[Config], prompt: BenchPrompt, *, rep
     for i in sorted(range(len(cfgs)), key=lambda i: not cfgs[i].is_baseline):
         cfg, gen = cfgs[i], gens[i]
         stats = dataclasses.replace(gen.stats, gen_s=max(0.0, busy[i] - gen.stats.prompt_s))
-        records[cfg.name] = dataclasses.replace(_ours_record(eng, cfg, gen, stats, _base(eng, cfg, prompt, repeat=repeat, order=order + i)),
-                                    lane=lanes[i])
+        base = _base(eng, cfg, prompt, repeat=repeat, order=order + i) | {"lane": lanes[i]}
+        records[cfg.name] = _ours_record(eng, cfg, gen, stats, base)
     return [records[c.name] for c in cfgs]
 
 
