@@ -11,6 +11,18 @@ weighted least-squares line through the median verify-and-Python time of each K 
 `verify_prior_weight` (1/4) at K = 1 and K = 8. Not linear from 0: a verify's first extra row
 costs more than the next ones on a CPU.
 
+Expiry (`expire`): a drafter's timing samples (b, f, u, its prefill's) and the verify line's are
+forgotten `expire` rounds after they were taken: the estimate falls back to its prior and the next
+retry measures it anew (a, measured every few rounds, never expires). What drafting costs is
+measured only when it runs, and the low median keeps a few slow samples as long as nothing newer
+outvotes them. After a busy minute (four processes warming at once on 2 cores: a at 70-400 ms
+against 23 quiet, the default draft's first rounds at 2-50 times its quiet seconds) the default
+pair's processes ran the target alone for good, 42 against 70 tok/s: judged hopeless, the model's
+retries came every 1,400-57,000 rounds by their cost; a slow b made K = 1 its best length, which
+never measures b again; a slow point at K = 8 bent the verify line so that K = 8 never ran again.
+1,024 rounds: beyond the hopeless retries' interval where nothing pays on the H200 (760 rounds)
+and the 2-core EPYC (180-440).
+
 D_d(K): drafter d's seconds for K tokens, K decode calls: b_d the low median of the last
 `window` calls after a round's first, f_d of its first call (rule `first_call`: the first call
 imports the target's cache and decodes what the last round left; off: D = K b, b the draft's
@@ -95,7 +107,7 @@ class CostModel:
         pts = [(1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)]  # (K, V(K) - a, weight)
         now, fresh = self.round, self._fresh()
         for k, samples in self._verify.items():
-            m = samples.median(now, fresh)
+            m = samples.median(now, fresh, expire=self.settings.expire)
             if m is not None:
                 pts.append((float(k), m - a, float(min(len(samples), 4))))
         return fit_line(pts)
@@ -107,12 +119,12 @@ class CostModel:
         a = self.base_s()
         if m is None or a is None:
             return None
-        b = m.per_token.median(self.round, self._fresh())
+        b = m.per_token.median(self.round, self._fresh(), expire=self.settings.expire)
         return b if b is not None else m.b_prior * a
 
     def _first_s(self, name: str, b: float) -> float:
         """f_d: a round's first draft call, seconds (b_d until one was measured, or rule off)."""
-        f = (self._drafters[name].first.median(self.round, self._fresh())
+        f = (self._drafters[name].first.median(self.round, self._fresh(), expire=self.settings.expire)
              if self.timed and self.settings.first_call else None)
         return b if f is None else f
 
@@ -131,13 +143,13 @@ class CostModel:
         a = self.base_s()
         if m is None or a is None:
             return None
-        u = m.catchup.median(self.round, self._fresh()) if self.timed else None
+        u = m.catchup.median(self.round, self._fresh(), expire=self.settings.expire) if self.timed else None
         return u if u is not None else U_MODEL * a
 
     def _prefill_s(self, name: str) -> float:
         """Seconds a token of a prompt prefill costs draft model `name`: measured, else its catch-up's."""
         m = self._drafters.get(name)
-        measured = m.prefill.median(self.round, 1 << 30) if m is not None and self.timed else None
+        measured = m.prefill.median(self.round, 1 << 30, expire=self.settings.expire) if m is not None and self.timed else None
         return measured if measured is not None else (self.catchup_s(name) or 0.0)
 
     def switch_s(self, name: str | None = None, *, now: bool = True) -> float:

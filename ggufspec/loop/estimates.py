@@ -16,7 +16,7 @@ ALPHA_MODEL = 0.8  # prior per-token accept rate of a draft model
 ALPHA_FREE = 0.6  # ... of prompt lookup, where it found a match
 
 
-_NO_ANSWER: tuple[tuple[int, bool], int, float, float | None] = ((0, False), 1, 0.0, None)  # holds for no round
+_NO_ANSWER: tuple[tuple[int, bool, float], int, float, float | None] = ((0, False, 0.0), 1, 0.0, None)  # holds for no round
 
 
 class Samples:
@@ -24,21 +24,27 @@ class Samples:
 
     def __init__(self, window: int) -> None:
         self._items: deque[tuple[int, float]] = deque(maxlen=window)
-        # the last answer: ((horizon, low), first round, last round it holds for, value)
+        # the last answer: ((horizon, low, expire), first round, last round it holds for, value)
         self._memo = _NO_ANSWER
 
     def add(self, now: int, value: float) -> None:
         self._items.append((now, value))
         self._memo = _NO_ANSWER
 
-    def median(self, now: int, horizon: int, *, low: bool = False) -> float | None:
-        """The low median (`low`: the minimum) of the fresh samples, or of all when none is fresh."""
+    def median(self, now: int, horizon: int, *, low: bool = False, expire: float = math.inf) -> float | None:
+        """The low median (`low`: the minimum) of the fresh samples, or of all when none is fresh;
+        samples more than `expire` rounds old are gone (None: none left)."""
         if not self._items:
             return None
         key, first, last, value = self._memo
-        if first <= now <= last and key == (horizon, low):  # asked several times a round, and rounds on end
+        if first <= now <= last and key == (horizon, low, expire):  # asked several times a round, and rounds on end
             return value
         items = self._items
+        if now - items[0][0] > expire:  # (rare: some samples expired)
+            kept = [(r, v) for r, v in items if now - r <= expire]
+            if not kept:
+                return None
+            items = kept  # type: ignore[assignment]
         if now - items[0][0] <= horizon:  # (the usual case: samples come in round order, all fresh)
             last, values = items[0][0] + horizon, [v for _, v in items]
         else:
@@ -46,10 +52,11 @@ class Samples:
             # the answer holds until the oldest fresh sample ages out (none fresh: until the next sample)
             last = fresh[0][0] + horizon if fresh else math.inf
             values = [v for _, v in fresh] if fresh else [v for _, v in items]
+        last = min(last, items[0][0] + expire)  # ... or the oldest sample expires
         # a timing is only ever slowed by noise (a stall, llama.cpp's first decode of a new
         # batch shape), never sped up: the low median, or the minimum for the target alone
         value = min(values) if low else statistics.median_low(values)
-        self._memo = ((horizon, low), now, last, value)
+        self._memo = ((horizon, low, expire), now, last, value)
         return value
 
     def __bool__(self) -> bool:
