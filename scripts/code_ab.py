@@ -2,8 +2,8 @@
 generation of A run next to the same generation of B.
 
 A refactor must not change what the loop does nor its speed, and on a shared host two processes
-run minutes apart differ by 20-60% (the sequential form of this script, one process per pass, read
-0.93 and 0.98 for one pair of commits an hour apart). So the checkouts run side by side: `--procs`
+run minutes apart differ by 20-60% (the sequential form of this script, one process per pass, saw
+the pass medians of one checkout move by 33% within an hour). So the checkouts run side by side: `--procs`
 long-lived processes per checkout (its own `ggufspec`, the same interpreter), each loading the
 default pair once (`load_pair()`) and warming it with one untimed generation; then, for each pass
 and each prompt, every process generates that prompt once (greedy, 128 tokens, the library's

@@ -44,7 +44,7 @@ class ControlSettings:
     verify_prior_weight: float = PRIOR_WEIGHT  # each prior point of the verify line
     hold: int = 8  # rounds a clear choice of the target alone stands without re-estimating (0: every round)
     hold_margin: float = 0.1  # ... clear: the target alone's rate at least (1 + this) x every other source's
-    expire: float = 1024  # rounds a drafter's timing sample or a verify sample counts (inf: forever; ggufspec.loop.costmodel)
+    expire: float = 1024.0  # rounds a drafter's timing sample or a verify sample counts (inf: forever; ggufspec.loop.costmodel)
     # rule switches (off: the rule's absence)
     two_level: bool = True  # this generation's rate over the pooled one (off: the pooled rate alone)
     first_call: bool = True  # D(K) = f + (K - 1) b (off: K b, b = draft seconds / drafted)
