@@ -20,8 +20,9 @@ greedy output was token-identical.
 
     .venv/bin/python scripts/code_ab.py A_DIR B_DIR [--passes 3] [--procs 2] [--per-set 6] [--max-tokens 128] [--out ab.json]
 
-A_DIR / B_DIR: checkouts (e.g. `git worktree add /tmp/before <commit>`); the prompts are the
-bench's tuned and held-out sets, the first `--per-set` of each (one per category first).
+A_DIR / B_DIR: checkouts (e.g. `git worktree add /tmp/before <commit>`, any commit that has
+`load_pair`); the prompts are this checkout's bench sets, tuned and held-out, the first
+`--per-set` of each (one per category first).
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    sys.path.insert(0, str(args.b))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the prompts and the maths: this checkout's
     from ggufspec.bench.prompts import load_prompts
     from ggufspec.bench.spread import geomean_interval
 
