@@ -75,6 +75,11 @@ class CostModel:
         """Rounds within which a timing sample is fresh."""
         return 2 * self.settings.retry
 
+    def _recent(self, samples: Samples, horizon: int) -> float | None:
+        """What drafting cost, from `samples`: their low median, fresh ones (the last `horizon`
+        rounds) preferred, none older than `expire` (None: none left, the prior's turn)."""
+        return samples.median(self.round, horizon, expire=self.settings.expire)
+
     @per_state
     def base_s(self) -> float | None:
         """a: one round of the target alone, seconds (None: not measured yet)."""
@@ -105,9 +110,9 @@ class CostModel:
         """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (module docstring)."""
         w = self.settings.verify_prior_weight
         pts = [(1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)]  # (K, V(K) - a, weight)
-        now, fresh = self.round, self._fresh()
+        fresh = self._fresh()
         for k, samples in self._verify.items():
-            m = samples.median(now, fresh, expire=self.settings.expire)
+            m = self._recent(samples, fresh)
             if m is not None:
                 pts.append((float(k), m - a, float(min(len(samples), 4))))
         return fit_line(pts)
@@ -119,12 +124,12 @@ class CostModel:
         a = self.base_s()
         if m is None or a is None:
             return None
-        b = m.per_token.median(self.round, self._fresh(), expire=self.settings.expire)
+        b = self._recent(m.per_token, self._fresh())
         return b if b is not None else m.b_prior * a
 
     def _first_s(self, name: str, b: float) -> float:
         """f_d: a round's first draft call, seconds (b_d until one was measured, or rule off)."""
-        f = (self._drafters[name].first.median(self.round, self._fresh(), expire=self.settings.expire)
+        f = (self._recent(self._drafters[name].first, self._fresh())
              if self.timed and self.settings.first_call else None)
         return b if f is None else f
 
@@ -143,13 +148,13 @@ class CostModel:
         a = self.base_s()
         if m is None or a is None:
             return None
-        u = m.catchup.median(self.round, self._fresh(), expire=self.settings.expire) if self.timed else None
+        u = self._recent(m.catchup, self._fresh()) if self.timed else None
         return u if u is not None else U_MODEL * a
 
     def _prefill_s(self, name: str) -> float:
         """Seconds a token of a prompt prefill costs draft model `name`: measured, else its catch-up's."""
         m = self._drafters.get(name)
-        measured = m.prefill.median(self.round, 1 << 30, expire=self.settings.expire) if m is not None and self.timed else None
+        measured = self._recent(m.prefill, 1 << 30) if m is not None and self.timed else None
         return measured if measured is not None else (self.catchup_s(name) or 0.0)
 
     def switch_s(self, name: str | None = None, *, now: bool = True) -> float:
