@@ -26,8 +26,8 @@ more; retries come 1 + S / a times rarer. (H200, 135M target: 1.3 ms a captured 
 Check (`check_rounds`, ggufspec.loop.checks): a free drafter's proposal may first meet the
 in-step draft model's first token.
 
-Extension (`extend`): a draft model's full proposal takes the longest e tokens of a free drafter's
-continuation with pi_model(K) pi_free(e) / R >= v (v the verify line's slope, R the best rate).
+Extension and handover (ggufspec.loop.extension): a free drafter's continuation of a draft
+model's drafts is appended to its full proposal, or takes over from it mid-proposal, as far as it pays.
 
 Lossless: `choose` sees past rounds and the history only, never the target's output for the round
 it decides. The measurements behind each rule, and the ablation that kept it: docs/bench/controller.md.
@@ -41,13 +41,13 @@ from typing import Mapping, Sequence
 
 from ggufspec.loop.controlsettings import HORIZON, SYNCED, V0, V1, ControlSettings
 from ggufspec.loop.estimates import B_MODEL, Samples
-from ggufspec.loop.checks import Checks
+from ggufspec.loop.extension import Extensions
 from ggufspec.loop.rounds import NONE, Candidate, Choice, Round
 
 __all__ = ["SYNCED", "ControlSettings", "DraftController"]
 
 
-class DraftController(Checks):
+class DraftController(Extensions):
     """Chooses each round's drafter and draft length; learns from `observe`. One per pair, kept
     across generations (its estimates are the machine's and the drafters', not one prompt's)."""
 
@@ -76,10 +76,10 @@ class DraftController(Checks):
             return ch
         c = by_key[ch.drafter]
         if not c.free:
-            return Choice(ch.drafter, ch.draft_len, ch.retry, ch.grade, ch.check, ch.check_len, extend=self.extend)
+            return Choice(ch.drafter, ch.draft_len, ch.retry, ch.grade, ch.check, ch.check_len, extend=self.extend, handover=self.handover)
         check, check_len = self._check(ch.drafter, keyed, draft_max=draft_max, lo=max(1, draft_min),
                                        draft_len=ch.draft_len)
-        return Choice(c.name, ch.draft_len, ch.retry, c.grade, check, check_len, extend=self.extend)
+        return Choice(c.name, ch.draft_len, ch.retry, c.grade, check, check_len, extend=self.extend, handover=self.handover)
 
     def _choose(
         self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int, allow_none: bool,
@@ -160,26 +160,6 @@ class DraftController(Checks):
         self._probe = (lo, caps[oldest])
         k = options[oldest][0] if oldest == NONE else self._retry_len(oldest, lo, caps[oldest], options[oldest][0])
         return Choice(None if oldest == NONE else oldest, k, retry=True)
-
-    def extend(self, name: str, *, draft_len: int, free: str, grade: int, match_len: int) -> int:
-        """Tokens of free drafter `free`'s continuation (`grade`, `match_len` tokens) to append to
-        draft model `name`'s full proposal of `draft_len` tokens: the longest e with
-            pi_name(draft_len) pi_free(e) / R >= v
-        (R the best rate, v the verify line's slope). pi_free is the continuation's own curve
-        (`_extension_key`), learned where the model's drafts were all kept."""
-        if match_len <= 0 or draft_len <= 0 or name not in self._drafters or self.base_s() is None:
-            return 0
-        key = self._extension_key(free, grade)
-        self._model(key, True)
-        full = self.prefix_accept(name, draft_len)[-1]
-        rate = max(self._rates.values(), default=0.0) or (1.0 / self.base_s())  # type: ignore[operator]
-        v = self.verify_s(draft_len + 1) - self.verify_s(draft_len)  # type: ignore[operator]
-        e = 0
-        for pi in self.prefix_accept(key, match_len):
-            if full * pi / rate < v:
-                break
-            e += 1
-        return e
 
     def observe(self, r: Round) -> None:
         """A round ended (`Round`: what ran, what was drafted, kept and emitted, and its seconds).

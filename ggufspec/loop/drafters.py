@@ -10,7 +10,7 @@ The draft length a round asks for is `draft_len` (ggufspec.loop.speculation name
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -68,10 +68,12 @@ class Drafter(Protocol):
         sampled: bool,
         sampling: SamplingSettings,
         rng: np.random.Generator,
+        until: Callable[[Sequence[int]], bool] | None = None,
     ) -> Draft:
         """Up to `draft_len` tokens to follow `history`. `sampled`: draw them from q shaped by
         `sampling` (rejection sampling needs q); else argmax (q one-hot). Stop early when the
-        draft's top probability falls below `draft_p_min`."""
+        draft's top probability falls below `draft_p_min`, or where `until(drafts so far)` says
+        (a draft model; asked after each draft but the last)."""
         ...
 
     def continue_after(self, history: Sequence[int], drafts: Sequence[int], *, draft_len: int) -> Draft:
@@ -214,6 +216,7 @@ class ModelDrafter:
         sampled: bool = False,
         sampling: SamplingSettings = SamplingSettings(),
         rng: np.random.Generator | None = None,
+        until: Callable[[Sequence[int]], bool] | None = None,
     ) -> Draft:
         if draft_len <= 0:
             return Draft((), ())
@@ -268,7 +271,7 @@ class ModelDrafter:
                     break
                 q_rows.append(None)
             tokens.append(tok)
-            if len(tokens) == draft_len:
+            if len(tokens) == draft_len or (until is not None and until(tokens)):
                 break  # the last drafted token is never decoded by the draft
             pending = [tok]
         return Draft(tuple(tokens), tuple(q_rows), decode_s, catchup_s, calls, caught_up, first_s=first_s)
@@ -297,11 +300,13 @@ class LookupDrafter:
         self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest occurrence
         self._indexed = 0  # history[:self._indexed] has its n-grams in the index
         self._history: list[int] = []
+        self._seen: Sequence[int] | None = None  # the history object last indexed (`_update`)
 
     def reset(self) -> None:
         self._index.clear()
         self._indexed = 0
         self._history = []
+        self._seen = None
 
     def prefill(self, prompt: Sequence[int]) -> float:
         self.reset()
@@ -314,6 +319,9 @@ class LookupDrafter:
         # Histories only grow between rounds; a different one (new request) rebuilds the index.
         # (`_history` is the indexed prefix: one copy of it to compare, and the new tokens appended)
         k = self._indexed
+        if history is self._seen and len(history) == k:
+            return  # asked again within a round (each of a model's drafts): the loop's history, unchanged
+        self._seen = history
         head = history[:k]
         if len(head) < k or self._history != (head if isinstance(head, list) else list(head)):
             self.reset()
@@ -335,6 +343,7 @@ class LookupDrafter:
         sampled: bool = False,
         sampling: SamplingSettings = SamplingSettings(),
         rng: np.random.Generator | None = None,
+        until: Callable[[Sequence[int]], bool] | None = None,
     ) -> Draft:
         if draft_len <= 0 or len(history) < 2:
             return Draft((), ())
@@ -348,7 +357,18 @@ class LookupDrafter:
         if draft_len <= 0 or not drafts or len(history) < 2:
             return Draft((), ())
         self._update(history)
-        return self._match([*history, *drafts], draft_len)
+        # history + drafts, but only the tail an n-gram reads (asked after each of a model's
+        # drafts: copying a long history each time cost more than the match)
+        tail = [*history[-self.ngram_max:], *drafts]
+        for n in range(self.ngram_max, self.ngram_min - 1, -1):
+            if len(tail) < n:
+                continue
+            end = self._index.get(tuple(tail[-n:]))
+            if end is not None:  # (an occurrence in history: its continuation runs on into the drafts)
+                cont = (*history[end:end + draft_len], *drafts[:max(0, end + draft_len - len(history))])
+                if cont:
+                    return Draft(cont, (None,) * len(cont), grade=n)
+        return Draft((), ())
 
     def _match(self, seq: Sequence[int], draft_len: int) -> Draft:
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
