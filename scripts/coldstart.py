@@ -23,6 +23,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from control_ab import _settings  # noqa: E402  (KEY=VAL: ControlSettings and DraftLengthSettings fields)
 
 
+def regime_run(regime_name: str, prompt_set: str, n: int):  # type: ignore[no-untyped-def]
+    """(regime, prompts, run): `run(controller, prompt, length)` generates 128 greedy tokens of one
+    of the set's first `n` prompts with the regime's target and drafters on the CPU, on one fork of
+    them (scripts/round_trace.py's too)."""
+    from ggufspec.bench.ours import prompt_tokens
+    from ggufspec.bench.prompts import load_prompts
+    from ggufspec.bench.regimes import parse_regimes
+    from ggufspec.loop.engine import generate
+    from ggufspec.loop.sampling import SamplingSettings
+    from ggufspec.loop.speculation import SpeculativeSettings
+    from ggufspec.runtime import load_pair
+    from ggufspec.settings import ContextSettings, PairSettings
+
+    regime = parse_regimes(regime_name)[0]
+    prompts = load_prompts(prompt_set=prompt_set)[:n]
+    pair = load_pair(target=regime.target, draft=list(regime.drafts),
+                     settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=0, n_gpu_layers_draft=0))
+    target, copies = pair.fork(list(pair.drafters))
+    toks = {p.id: prompt_tokens(pair, p) for p in prompts}
+
+    def run(ctl, prompt, length):  # type: ignore[no-untyped-def]
+        g = generate(target=target, prompt=toks[prompt.id], drafters=copies, max_tokens=128, cache_prompt=False,
+                     sampling=SamplingSettings(temperature=0.0), speculative=SpeculativeSettings(length=length),
+                     controller=ctl)
+        g.run()
+        return g
+
+    return regime, prompts, run
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--regime", default="as-1b")
@@ -33,31 +63,15 @@ def main() -> None:
                     help="ControlSettings or DraftLengthSettings fields (booleans 0/1)")
     args = ap.parse_args()
 
-    from ggufspec.bench.ours import prompt_tokens
-    from ggufspec.bench.prompts import load_prompts
-    from ggufspec.bench.regimes import parse_regimes
     from ggufspec.loop.control import DraftController
-    from ggufspec.loop.engine import generate
-    from ggufspec.loop.sampling import SamplingSettings
-    from ggufspec.loop.speculation import SpeculativeSettings
-    from ggufspec.runtime import load_pair
-    from ggufspec.settings import ContextSettings, PairSettings
 
     settings, length = _settings(args.settings)
-    regime = parse_regimes(args.regime)[0]
-    prompts = load_prompts(prompt_set=args.set)[:args.prompts]
-    pair = load_pair(target=regime.target, draft=list(regime.drafts),
-                     settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=0, n_gpu_layers_draft=0))
-    target, copies = pair.fork(list(pair.drafters))
-    toks = {p.id: prompt_tokens(pair, p) for p in prompts}
+    regime, prompts, generate_one = regime_run(args.regime, args.set, args.prompts)
     for run in range(args.runs):
         ctl = DraftController(settings=settings)
         print(f"run {run + 1}/{args.runs} {regime.name} {' '.join(args.settings)}", flush=True)
         for p in prompts:
-            g = generate(target=target, prompt=toks[p.id], drafters=copies, max_tokens=128, cache_prompt=False,
-                         sampling=SamplingSettings(temperature=0.0), speculative=SpeculativeSettings(length=length),
-                         controller=ctl)
-            g.run()
+            g = generate_one(ctl, p, length)
             models = [m for m in ctl._drafters if not ctl._drafters[m].free]
             v = [round((ctl.verify_s(k) or 0.0) * 1e3) for k in (1, 2, 4, 8)]
             d = [round((ctl.draft_cost_s(models[0], k) or 0.0) * 1e3) for k in (1, 2, 4, 8)] if models else []

@@ -866,37 +866,6 @@ def test_lookups_continuation_of_a_full_model_draft_is_appended_as_far_as_it_pay
     assert ctrl.extend("m", draft_len=8, free="lookup", grade=3, match_len=4) == 4
 
 
-def test_lookups_continuation_takes_over_from_a_dear_model_mid_proposal() -> None:
-    # a model kept whole at K = 8 and lookup's grade-3 continuation of its drafts kept `right` of 4
-    # tokens; a draft call costs `b` a. After the model's first draft lookup continues: the round
-    # of 1 draft and its continuation (V(1 + e) + D(1)) against the model's full 8 (V(8) + D(8))
-    def warm(right: int, b: float, settings: ControlSettings = ControlSettings()) -> DraftController:
-        ctrl = DraftController(settings=settings)
-        ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=_verify(0)))
-        for _ in range(30):
-            ctrl.observe(Round(choice=Choice("m", 8), drafted=12, accepted=8 + right, emitted=9 + right,
-                         round_s=_verify(12) + 8 * b * A, draft_s=8 * b * A,
-                         extended=4, extended_by="lookup", extended_grade=3))
-        ctrl.choose(drafters=[Candidate("m")], draft_max=8)  # R, the best rate: the model's
-        return ctrl
-
-    def handover(ctrl: DraftController, drafted: int = 1) -> int:
-        return ctrl.handover("m", drafted=drafted, draft_len=8, free="lookup", grade=3, match_len=4)
-
-    # a draft call 0.45 a: 1 + 1 + 4 tokens in 2.1 a beat 9 in 5.4 a
-    assert handover(warm(4, 0.45)) == 4
-    # after 7: 12 tokens in V(11) + D(7) = 5.2 a against the model's 9 in 5.4 a (the full
-    # proposal is priced without its own extension, as `choose` prices K)
-    assert handover(warm(4, 0.45), drafted=7) == 4
-    # a draft call 0.02 a (a shared-cache draft on a GPU): the model's own 8 are cheaper
-    assert handover(warm(4, 0.02)) == 0
-    # a continuation never kept: it is worth no row
-    assert handover(warm(0, 0.45)) == 0
-    # the rule off; and no handover at the proposal's last draft (the extension's turn)
-    assert handover(warm(4, 0.45, ControlSettings(handover=False))) == 0
-    assert handover(warm(4, 0.45), drafted=8) == 0
-
-
 def test_an_extended_rounds_extra_rows_are_verify_rows_not_the_models_drafts() -> None:
     # a round of 8 model drafts and 3 tokens of lookup's continuation, all kept: the model's curve
     # counts 8 positions, the verify line a sample at 11 rows, the draft cost 8 tokens

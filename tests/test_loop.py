@@ -231,7 +231,7 @@ class ScriptedDrafter:
     def continue_after(self, history, drafts, *, draft_len) -> Draft:
         return Draft((), ())
 
-    def propose(self, history, *, draft_len, draft_p_min=0.0, sampled=False, sampling=None, rng=None, until=None) -> Draft:
+    def propose(self, history, *, draft_len, draft_p_min=0.0, sampled=False, sampling=None, rng=None) -> Draft:
         self.asked.append(draft_len)
         wrong = self.wrong_at[len(self.asked) - 1] if len(self.asked) <= len(self.wrong_at) else None
         h, out = list(history), []
@@ -633,57 +633,6 @@ def test_lookups_continuation_is_the_match_of_history_and_drafts() -> None:
                 break
         got = LookupDrafter().continue_after(history, drafts, draft_len=n)
         assert (got.tokens, got.grade) == want, (history, drafts, n)
-
-
-class _AlwaysHandOver(_AlwaysExtend):
-    """As _AlwaysExtend, and lookup's continuation takes over from the model after its `at`-th
-    draft wherever it has one (`Choice.handover`, the path under test)."""
-
-    def __init__(self, k: int | None = None, at: int = 1) -> None:
-        super().__init__(k)
-        self.at = at
-
-    def choose(self, **kw):  # type: ignore[override]
-        c = super().choose(**kw)
-        return c if c.drafter != "model" else Choice("model", c.draft_len, extend=self.extend, handover=self.handover)
-
-    def handover(self, name, *, drafted, draft_len, free, grade, match_len):  # type: ignore[override]
-        return match_len if drafted >= self.at else 0
-
-
-def test_handed_over_drafts_greedy_equals_an_independent_reference(fake_clock: FakeClock) -> None:
-    # the model stops after 1-2 drafts where lookup continues them; the round verifies both
-    used: Counter = Counter()
-    for seed in range(8):
-        target, draft = pair(seed=seed, fake_clock=fake_clock, order=1 + seed % 2, noise=0.3)
-        prompt = [seed % V, (3 * seed + 1) % V, 5, seed % V, (3 * seed + 1) % V]
-        ref = greedy_reference(target.lm, VOCAB, prompt, max_tokens=64, n_ctx=target.n_ctx)
-        for controller in (_AlwaysHandOver(4), _AlwaysHandOver(6, at=2), DraftController()):
-            gen = generate(target=target, prompt=prompt, drafters=[ModelDrafter(draft), LookupDrafter()], max_tokens=64,
-                           controller=controller, speculative=spec(6, draft_extend=2))
-            steps = list(gen)
-            assert gen.tokens == ref, seed
-            s = gen.stats
-            assert sum(k * n for k, n in s.k_hist.items()) == s.drafted and max(s.k_hist) <= 6 + 2
-            per = Counter(x.drafter for x in steps if x.source is Source.DRAFT)
-            assert sum(per.values()) == s.accepted
-            if isinstance(controller, _AlwaysHandOver):
-                used.update(extended=s.extended, kept=s.extended_accepted,
-                            short=sum(n for k, n in s.k_hist.items() if 0 < k < controller.k))
-    assert used["extended"] > 100 and 0 < used["kept"] < used["extended"] and used["short"] > 20, used
-
-
-@pytest.mark.parametrize("rule", [AcceptRule.REJECTION, AcceptRule.MATCH], ids=["rejection", "match"])
-def test_handed_over_drafts_keep_the_target_distribution(rule: AcceptRule, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the model's sampled first draft decides whether lookup takes over (its continuation of
-    # that draft, one-hot): the stop is a function of the drafts, so the output is the target's
-    runs = 4000
-    counts, exact, stats = _sampled_runs(lambda: _AlwaysHandOver(3), prompt=[1, 2, 0, 1, 2, 0], n_tokens=5,
-                                         speculative=spec(3, accept=rule, draft_extend=1), monkeypatch=monkeypatch,
-                                         runs=runs)
-    extended, kept = sum(s.extended for s in stats), sum(s.extended_accepted for s in stats)
-    assert extended > 2000 and kept > 500, (extended, kept)
-    assert_follows(counts, exact, runs)
 
 
 def test_a_check_the_model_declines_runs_the_free_proposal_unchecked(fake_clock: FakeClock) -> None:

@@ -26,8 +26,9 @@ more; retries come 1 + S / a times rarer. (H200, 135M target: 1.3 ms a captured 
 Check (`check_rounds`, ggufspec.loop.checks): a free drafter's proposal may first meet the
 in-step draft model's first token.
 
-Extension and handover (ggufspec.loop.extension): a free drafter's continuation of a draft
-model's drafts is appended to its full proposal, or takes over from it mid-proposal, as far as it pays.
+Extension (`extend`, ggufspec.loop.extension): a draft model's full proposal takes the longest e
+tokens of a free drafter's continuation with pi_model(K) pi_free(e) / R >= v (v the verify line's
+slope, R the best rate).
 
 Lossless: `choose` sees past rounds and the history only, never the target's output for the round
 it decides. The measurements behind each rule, and the ablation that kept it: docs/bench/controller.md.
@@ -76,10 +77,10 @@ class DraftController(Extensions):
             return ch
         c = by_key[ch.drafter]
         if not c.free:
-            return Choice(ch.drafter, ch.draft_len, ch.retry, ch.grade, ch.check, ch.check_len, extend=self.extend, handover=self.handover)
+            return Choice(ch.drafter, ch.draft_len, ch.retry, ch.grade, ch.check, ch.check_len, extend=self.extend)
         check, check_len = self._check(ch.drafter, keyed, draft_max=draft_max, lo=max(1, draft_min),
                                        draft_len=ch.draft_len)
-        return Choice(c.name, ch.draft_len, ch.retry, c.grade, check, check_len, extend=self.extend, handover=self.handover)
+        return Choice(c.name, ch.draft_len, ch.retry, c.grade, check, check_len, extend=self.extend)
 
     def _choose(
         self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int, allow_none: bool,

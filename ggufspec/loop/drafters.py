@@ -10,7 +10,7 @@ The draft length a round asks for is `draft_len` (ggufspec.loop.speculation name
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -68,12 +68,10 @@ class Drafter(Protocol):
         sampled: bool,
         sampling: SamplingSettings,
         rng: np.random.Generator,
-        until: Callable[[Sequence[int]], bool] | None = None,
     ) -> Draft:
         """Up to `draft_len` tokens to follow `history`. `sampled`: draw them from q shaped by
         `sampling` (rejection sampling needs q); else argmax (q one-hot). Stop early when the
-        draft's top probability falls below `draft_p_min`, or where `until(drafts so far)` says
-        (a draft model; asked after each draft but the last)."""
+        draft's top probability falls below `draft_p_min`."""
         ...
 
     def continue_after(self, history: Sequence[int], drafts: Sequence[int], *, draft_len: int) -> Draft:
@@ -216,7 +214,6 @@ class ModelDrafter:
         sampled: bool = False,
         sampling: SamplingSettings = SamplingSettings(),
         rng: np.random.Generator | None = None,
-        until: Callable[[Sequence[int]], bool] | None = None,
     ) -> Draft:
         if draft_len <= 0:
             return Draft((), ())
@@ -271,7 +268,7 @@ class ModelDrafter:
                     break
                 q_rows.append(None)
             tokens.append(tok)
-            if len(tokens) == draft_len or (until is not None and until(tokens)):
+            if len(tokens) == draft_len:
                 break  # the last drafted token is never decoded by the draft
             pending = [tok]
         return Draft(tuple(tokens), tuple(q_rows), decode_s, catchup_s, calls, caught_up, first_s=first_s)
@@ -343,7 +340,6 @@ class LookupDrafter:
         sampled: bool = False,
         sampling: SamplingSettings = SamplingSettings(),
         rng: np.random.Generator | None = None,
-        until: Callable[[Sequence[int]], bool] | None = None,
     ) -> Draft:
         if draft_len <= 0 or len(history) < 2:
             return Draft((), ())

@@ -104,10 +104,9 @@ class RoundRunner:
         extendable = self.controller is not None and any(d.free for d in self.drafters)
         return self.lengths.draft_max + (self.lengths.draft_extend if extendable else 0)
 
-    def _propose(self, d: Drafter, history: Sequence[int], draft_len: int,
-                 until: Callable[[Sequence[int]], bool] | None = None) -> Draft:
+    def _propose(self, d: Drafter, history: Sequence[int], draft_len: int) -> Draft:
         return d.propose(history, draft_len=draft_len, draft_p_min=self.lengths.draft_p_min, sampled=self.sampled,
-                         sampling=self.sampling, rng=self.rng, until=until)
+                         sampling=self.sampling, rng=self.rng)
 
     def play(self, history: Sequence[int], remaining: int) -> tuple[Round, Emitted]:
         """One round after `history`, which may emit at most `remaining` tokens. A round of K drafts
@@ -188,15 +187,7 @@ class RoundRunner:
                 d, r.choice, r.check_s = self._checked(d, choice, self.by_name[choice.check], history)
                 r.checked, r.check_failed = True, r.choice.check is None
         else:
-            taken: list[tuple[str, Draft]] = []
-            d = self._propose(self.by_name[choice.drafter], history, choice.draft_len,
-                              until=self._handover(choice, history, remaining, taken))
-            if taken:  # a free drafter's continuation took over: the round verifies both
-                r.draft = d
-                r.ext_by, ext = taken[0]
-                r.tokens, r.q_rows = d.tokens + ext.tokens, d.q_rows + ext.q_rows
-                r.ext_grade, r.ext_n = ext.grade, len(ext.tokens)
-                return r
+            d = self._propose(self.by_name[choice.drafter], history, choice.draft_len)
         r.draft = d
         if len(d.tokens) < lengths.draft_min:
             return r  # too short to verify: the target alone (its drafting's seconds counted)
@@ -210,34 +201,6 @@ class RoundRunner:
                 r.tokens, r.q_rows = d.tokens + ext.tokens, d.q_rows + ext.q_rows
                 r.ext_grade, r.ext_n = ext.grade, len(ext.tokens)
         return r
-
-    def _handover(self, choice: Choice, history: Sequence[int], remaining: int,
-                  taken: list[tuple[str, Draft]]) -> Callable[[Sequence[int]], bool] | None:
-        """The model's stop (`Drafter.propose`'s `until`): after each of its drafts but the last,
-        True where a free drafter's continuation of history + drafts takes over (`Choice.handover`),
-        that continuation put in `taken`. None: no free drafter, or no handover this round."""
-        frees = [d for d in self.drafters if d.free]
-        handover = choice.handover
-        if handover is None or not frees or choice.draft_len < 2:
-            return None
-        k, n_batch = choice.draft_len, self.target.n_batch
-
-        def until(drafts: Sequence[int]) -> bool:
-            j = len(drafts)
-            room = min(k + self.lengths.draft_extend - j, remaining - 1 - j, n_batch - 1 - j)
-            for d in frees:
-                cont = d.continue_after(history, drafts, draft_len=room)
-                if not cont.tokens:
-                    continue
-                e = handover(choice.drafter, drafted=j, draft_len=k, free=d.name, grade=cont.grade,
-                             match_len=len(cont.tokens))
-                if e > 0:
-                    taken.append((d.name, Draft(cont.tokens[:e], cont.q_rows[:e], grade=cont.grade)))
-                    return True
-                return False  # (as the extension: the first free drafter with a continuation decides)
-            return False
-
-        return until
 
     def _accept(self, draft_tokens: tuple[int, ...], q_rows: tuple) -> Verdict:
         if self.rule is AcceptRule.GREEDY:
@@ -286,4 +249,4 @@ class RoundRunner:
         merged = Draft(head.tokens + rest.tokens, head.q_rows + rest.q_rows, head.decode_s + rest.decode_s,
                        head.catchup_s + rest.catchup_s, head.decode_calls + rest.decode_calls,
                        head.catchup_tokens + rest.catchup_tokens, first_s=head.first_s)
-        return merged, Choice(model.name, choice.check_len, extend=choice.extend, handover=choice.handover), 0.0
+        return merged, Choice(model.name, choice.check_len, extend=choice.extend), 0.0

@@ -59,10 +59,6 @@ class Choice:
     # how much of a free drafter's continuation a model's full proposal takes, priced with the
     # estimates this plan was made with; None: no extension this round (ggufspec.loop.round_runner)
     extend: Extension | None = field(default=None, compare=False, repr=False)
-    # (draft model, drafted, draft_len, free drafter, grade, match_len) -> tokens of the free
-    # drafter's continuation that take over after the model's first `drafted` drafts (0: draft
-    # on; DraftController.handover); None: none this round
-    handover: Extension | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
