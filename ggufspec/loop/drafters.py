@@ -297,13 +297,11 @@ class LookupDrafter:
         self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest occurrence
         self._indexed = 0  # history[:self._indexed] has its n-grams in the index
         self._history: list[int] = []
-        self._seen: Sequence[int] | None = None  # the history object last indexed (`_update`)
 
     def reset(self) -> None:
         self._index.clear()
         self._indexed = 0
         self._history = []
-        self._seen = None
 
     def prefill(self, prompt: Sequence[int]) -> float:
         self.reset()
@@ -316,9 +314,6 @@ class LookupDrafter:
         # Histories only grow between rounds; a different one (new request) rebuilds the index.
         # (`_history` is the indexed prefix: one copy of it to compare, and the new tokens appended)
         k = self._indexed
-        if history is self._seen and len(history) == k:
-            return  # asked again within a round (each of a model's drafts): the loop's history, unchanged
-        self._seen = history
         head = history[:k]
         if len(head) < k or self._history != (head if isinstance(head, list) else list(head)):
             self.reset()
@@ -344,7 +339,7 @@ class LookupDrafter:
         if draft_len <= 0 or len(history) < 2:
             return Draft((), ())
         self._update(history)
-        return self._match(history, draft_len)
+        return self._match(history, (), draft_len)
 
     def continue_after(self, history: Sequence[int], drafts: Sequence[int], *, draft_len: int) -> Draft:
         """Up to `draft_len` tokens to follow `history` + `drafts` (a draft model's proposal, not
@@ -353,26 +348,19 @@ class LookupDrafter:
         if draft_len <= 0 or not drafts or len(history) < 2:
             return Draft((), ())
         self._update(history)
-        # history + drafts, but only the tail an n-gram reads (asked after each of a model's
-        # drafts: copying a long history each time cost more than the match)
+        return self._match(history, drafts, draft_len)
+
+    def _match(self, history: Sequence[int], drafts: Sequence[int], draft_len: int) -> Draft:
+        """The continuation of history + drafts' last n-gram (n longest first) at its latest
+        occurrence in the index of `history`; it runs on into the drafts. Only the tail an n-gram
+        reads is copied, not the history."""
         tail = [*history[-self.ngram_max:], *drafts]
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
             if len(tail) < n:
                 continue
             end = self._index.get(tuple(tail[-n:]))
-            if end is not None:  # (an occurrence in history: its continuation runs on into the drafts)
-                cont = (*history[end:end + draft_len], *drafts[:max(0, end + draft_len - len(history))])
-                if cont:
-                    return Draft(cont, (None,) * len(cont), grade=n)
-        return Draft((), ())
-
-    def _match(self, seq: Sequence[int], draft_len: int) -> Draft:
-        for n in range(self.ngram_max, self.ngram_min - 1, -1):
-            if len(seq) < n:
-                continue
-            end = self._index.get(tuple(seq[-n:]))
             if end is not None:
-                cont = tuple(seq[end : end + draft_len])
+                cont = (*history[end:end + draft_len], *drafts[:max(0, end + draft_len - len(history))])
                 if cont:
                     return Draft(cont, (None,) * len(cont), grade=n)
         return Draft((), ())
