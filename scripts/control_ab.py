@@ -64,8 +64,9 @@ def per_pass(res: dict, pids: list[str]) -> str:
     g = math.exp(st.fmean(logs))
     if n < 2:
         return f"{g:.3f}"
-    t90 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895}.get(n - 1, 1.86)
-    half = t90 * st.stdev(logs) / math.sqrt(n)
+    from scipy.stats import t
+
+    half = float(t.ppf(0.95, n - 1)) * st.stdev(logs) / math.sqrt(n)
     return (" ".join(f"{math.exp(x):.3f}" for x in logs)
             + f"; {g:.3f} [{math.exp(st.fmean(logs) - half):.3f}-{math.exp(st.fmean(logs) + half):.3f}]")
 
