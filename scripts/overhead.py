@@ -22,7 +22,6 @@ pair keeps one; a generation of each mode first, untimed):
     K4        the draft model at fixed K = 4 (--fixed --draft-max 4)
     default   the draft model (sharing the target's cache, as the default pair's) + lookup, the controller
     lookup    prompt lookup alone, the controller
-    default-no-model-hold   the default with rule hold_model off (the choice of a draft model re-priced every round)
 
     .venv/bin/python scripts/overhead.py                       # the table, both regimes
     .venv/bin/python scripts/overhead.py --profile default:h200  # + cProfile of one mode's rounds
@@ -51,7 +50,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ggufspec.loop import clock  # noqa: E402
-from ggufspec.loop.control import ControlSettings, DraftController  # noqa: E402
+from ggufspec.loop.control import DraftController  # noqa: E402
 from ggufspec.loop.drafters import LookupDrafter, ModelDrafter  # noqa: E402
 from ggufspec.loop.engine import generate  # noqa: E402
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
@@ -180,15 +179,12 @@ class Mode:
     regime: str  # the simulated clock's costs ("-" where no controller reads them)
     drafters: str  # "", "model", "model+lookup", "lookup"
     fixed: int = 0
-    control: tuple[tuple[str, object], ...] = ()  # ControlSettings overrides (a rule off, side by side)
 
 
 MODES = {
     "alone": Mode("alone", "-", ""),
     "K4": Mode("K4", "-", "model", fixed=4),
     "default:pays": Mode("default", "pays", "model+lookup"),
-    "default-no-model-hold:pays": Mode("default, hold_model off", "pays", "model+lookup",
-                                       control=(("hold_model", False),)),
     "default:h200": Mode("default", "h200", "model+lookup"),
     "lookup:pays": Mode("lookup", "pays", "lookup"),
 }
@@ -208,7 +204,7 @@ class Runner:
             self.drafters.append(ModelDrafter(self.draft, name="model", kv_source=self.target))
         if "lookup" in self.mode.drafters:
             self.drafters.append(LookupDrafter())
-        self.controller = DraftController(settings=ControlSettings(**dict(self.mode.control)))
+        self.controller = DraftController()
         self.spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=self.mode.fixed or 8,
                                                                    fixed=bool(self.mode.fixed)))
         self.prompt_len = prompt_len

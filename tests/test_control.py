@@ -433,19 +433,13 @@ def test_over_prompts_where_drafting_pays_it_drafts_through_bad_stretches(hard_s
     # at the hard tokens, the model sat out whole prompts), 0.93 or more after. Over 36 seeds (hard
     # start) the lowest are 0.88 (3 under 0.9); rule `expire` moves them (median 0.955 -> 0.960,
     # mean 0.954 -> 0.952, lowest 0.855, 4 under 0.9; seed 1 here 0.955 -> 0.895)
-    # A hard start's tail is a path's luck: the model's hold (rule `hold_model`) moved seed 0 from
-    # 0.954 to 0.877 while over 200 seeds on and off were alike (on / off 0.999 [0.997-1.001];
-    # under 0.88: 16 and 17 of 200), so a hard start's tail is judged over 48 seeds, a share
     ratios = []
-    for seed in range(12 if hard_start == 0 else 48):
+    for seed in range(12):
         alphas = np.random.default_rng(100 + seed).uniform(0.93, 0.99, size=24)
         s = prompts_speedups(alphas, seed=seed, hard_start=hard_start)
         ratios.append(s["default"] / max(s["K2"], s["K4"], s["K8"], 1.0))
     assert np.median(ratios) > (0.96 if hard_start == 0 else 0.92)
-    if hard_start == 0:
-        assert min(ratios) > 0.9, ratios
-    else:
-        assert np.mean(np.array(ratios) < 0.88) <= 0.2, ratios
+    assert min(ratios) > (0.9 if hard_start == 0 else 0.88), ratios
 
 
 def test_over_prompts_where_drafting_loses_it_costs_little() -> None:
@@ -933,41 +927,6 @@ def test_a_clear_choice_of_the_target_alone_holds_without_re_estimating(seed: in
     drafted = [i for i, (d, _) in enumerate(held) if d is not None]
     assert abs(len(drafted) - sum(d is not None for d, _ in every)) <= 1, drafted
     assert priced_held < 0.5 * priced_every, (priced_held, priced_every)
-
-
-@pytest.mark.parametrize("seed", range(2))
-def test_a_clear_choice_of_a_draft_model_holds_with_its_K_priced_every_round(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # where a draft model wins clearly, most rounds reuse the choice of the model (rule
-    # `hold_model`) without pricing every source again; its K is still the estimates' best, so the
-    # rounds and the rate are the re-pricing controller's; drafts rejected round after round end
-    # the hold within two rounds, and the target alone's retries still come
-    def run(hold_model: bool) -> tuple[list, int, float, list]:
-        ctrl = DraftController(settings=ControlSettings(hold_model=hold_model))
-        priced = 0
-        prior_rate = ctrl.prior_rate
-
-        def counted(*args, **kwargs):
-            nonlocal priced
-            priced += 1
-            return prior_rate(*args, **kwargs)
-
-        monkeypatch.setattr(ctrl, "prior_rate", counted)  # asked once a round by a full pricing only
-        choices, rate = simulate(ctrl, 600, a=0.010, drafters={"m": GOOD}, rng=np.random.default_rng(seed))
-        bad, _ = simulate(ctrl, 40, a=0.010, drafters={"m": Sim(b=0.003, alpha=0.0)}, rng=np.random.default_rng(seed))
-        return choices, priced, rate, bad
-
-    held, priced_held, rate_held, bad_held = run(True)
-    every, priced_every, rate_every, bad_every = run(False)
-    assert priced_held < 0.5 * priced_every, (priced_held, priced_every)
-    assert rate_held > 0.97 * rate_every
-    ks = [c.draft_len for c in held[SETTLE:] if c.drafter == "m"]
-    ks_every = [c.draft_len for c in every[SETTLE:] if c.drafter == "m"]
-    assert abs(np.mean(ks) - np.mean(ks_every)) < 0.5, (np.mean(ks), np.mean(ks_every))
-    assert share(held[SETTLE:], "m") > 0.9
-    assert any(c.drafter is None and c.retry for c in held[SETTLE:])  # the target alone's retries
-    # every draft rejected: left as soon as without the hold, give or take a round
-    left = next(i for i, c in enumerate(bad_held) if c.drafter is None)
-    assert left <= next(i for i, c in enumerate(bad_every) if c.drafter is None) + 1, left
 
 
 # ---- a CPU target whose first verify row costs most of a step -------------------------------------

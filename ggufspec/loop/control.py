@@ -14,8 +14,7 @@ Each round `choose` picks:
 scored every round, chosen or not), and the source's realized rate with its seconds winsorized
 at `winsor` T(K) (rule `winsor`).
 
-Hold (`hold`, ggufspec.loop.hold): a clear choice (the target alone, or a draft model, rule
-`hold_model`, its K still priced) stands a few rounds without pricing the sources.
+Hold (`hold`, ggufspec.loop.hold): a clear choice stands a few rounds without pricing the sources.
 
 Switch (`switch_cost`, on where the target runs on a CUDA GPU): llama.cpp's CUDA backend runs a decode
 whose rows differ from the last one's without its graph, and the next of those rows too (capturing
@@ -101,9 +100,8 @@ class DraftController(Extensions):
                 if not tail or c.name not in self._caps:
                     self._caps[c.name] = cap
         models = tuple(n for n in caps if n != NONE and not self._drafters[n].free)
-        held = self._held(drafters, caps, models, lo, allow_none)
-        if held is not None:
-            return held
+        if self._held(caps, models, lo, allow_none):
+            return Choice(None, 0)
         self._hold = None
         options: dict[str, tuple[int, float | None]] = {}  # source -> (K, modelled rate)
         for name, cap in caps.items():
@@ -155,8 +153,8 @@ class DraftController(Extensions):
                     and self.round - self._k_probe.get(name, 0) >= self.settings.retry):
                 self._k_probe[name] = self.round
                 k = self._retry_len(name, lo, caps[name], k, optimistic=True)
-            elif name == NONE or not self._drafters[name].free:
-                self._hold_choice(held, name, models, lo, allow_none)
+            elif name == NONE:
+                self._hold_none(held, models, lo, allow_none)
             return Choice(None if name == NONE else name, k)
         else:
             self._confirming = False
@@ -249,7 +247,6 @@ class DraftController(Extensions):
         charged_s = min(round_s - excess, cap) + induced_s
         src.add(emitted, charged_s, pool=st.pool_decay, current=st.decay)
         src.last = self.round
-        self._held_ran(NONE if name is None else name, emitted, charged_s)
         self._clock += charged_s
         self._ran_s[NONE if name is None else name] = self._clock
         self._last = NONE if name is None else name

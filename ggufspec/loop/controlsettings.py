@@ -42,8 +42,8 @@ class ControlSettings:
     check_rounds: int = 3  # a free drafter's grade is checked (`check`) until a generation judged this many of it
     spacing: float = 4.0  # the most `retry` intervals between two retries of the target alone (1: every `retry`)
     verify_prior_weight: float = PRIOR_WEIGHT  # each prior point of the verify line
-    hold: int = 8  # rounds a clear choice stands without re-estimating (0: every round; ggufspec.loop.hold)
-    hold_margin: float = 0.1  # ... clear: its rate at least (1 + this) x every other source's
+    hold: int = 8  # rounds a clear choice of the target alone stands without re-estimating (0: every round)
+    hold_margin: float = 0.1  # ... clear: the target alone's rate at least (1 + this) x every other source's
     expire: float = 1024.0  # rounds a drafter's timing sample or a verify sample counts (inf: forever; ggufspec.loop.costmodel)
     # rule switches (off: the rule's absence)
     two_level: bool = True  # this generation's rate over the pooled one (off: the pooled rate alone)
@@ -61,7 +61,6 @@ class ControlSettings:
     hopeless: bool = True  # a model whose ceiling cannot beat the best other source is left
     full_retry: bool = True  # a model prefilled because its retry is due opens in full (off: 1 round where it lost)
     check_pricing: bool = True  # a check runs only where it pays at the measured costs (off: whenever due)
-    hold_model: bool = True  # a clear choice of a draft model is held too (off: the target alone's only)
     # a target on a CUDA GPU (on where one runs it; off: a CPU's decode costs what its rows do): a
     # decode whose shape differs from the last runs without the backend's graph, and so does the
     # next (which captures it): a only from rounds of the target alone after two, and what such a
