@@ -763,6 +763,22 @@ def _lookup_round(ctrl: DraftController, *, backlog: int = 0, kv_shared: bool = 
     return c
 
 
+def test_a_free_drafter_that_turns_right_is_taken_within_a_few_rounds_of_a_clear_model_choice() -> None:
+    # lookup wrong all through one prompt (its grade 3 priced low, the model the clear choice),
+    # then right every round of the next: scored every round (full information), it is taken
+    # within a few rounds. A hold of the model's choice that trusted lookup's rate as last priced
+    # (rule `hold_model`, removed) kept the model up to 8 rounds here, and on the gemma pair's copy
+    # prompts 9 rounds (docs/bench/controller.md)
+    rng = np.random.default_rng(0)
+    ctrl = _shared_warm_controller(rng)
+    for _ in range(20):
+        _lookup_round(ctrl, right=False)
+    ctrl.begin(prefilled=[])
+    picks = [_lookup_round(ctrl).drafter for _ in range(8)]
+    assert "lookup" in picks[:4], picks
+    assert picks[4:].count("lookup") >= 3, picks
+
+
 def test_a_free_drafters_first_proposals_of_a_generation_are_checked_by_the_draft_model() -> None:
     # lookup right every round of a first prompt: on the next, its grade-3 proposals are chosen,
     # and the first `check_rounds` of them carry the model that checks their first token (at the
