@@ -53,20 +53,30 @@ def regime_run(regime_name: str, prompt_set: str, n: int):  # type: ignore[no-un
     return regime, prompts, run
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--regime", default="as-1b")
-    ap.add_argument("--set", default="heldout", choices=("tuned", "heldout"))
-    ap.add_argument("--prompts", type=int, default=5)
-    ap.add_argument("--runs", type=int, default=1)
+def add_regime_args(ap: argparse.ArgumentParser, *, regime: str, prompt_set: str, prompts: int) -> None:
+    """`regime_run`'s inputs as options (these defaults), and the controller's KEY=VAL settings."""
+    ap.add_argument("--regime", default=regime)
+    ap.add_argument("--set", default=prompt_set, choices=("tuned", "heldout"))
+    ap.add_argument("--prompts", type=int, default=prompts)
     ap.add_argument("settings", nargs="*", metavar="KEY=VAL",
                     help="ControlSettings or DraftLengthSettings fields (booleans 0/1)")
+
+
+def regime_from(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """(ControlSettings, DraftLengthSettings, regime, prompts, run) of `add_regime_args`' options."""
+    settings, length = _settings(args.settings)
+    return (settings, length, *regime_run(args.regime, args.set, args.prompts))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_regime_args(ap, regime="as-1b", prompt_set="heldout", prompts=5)
+    ap.add_argument("--runs", type=int, default=1)
     args = ap.parse_args()
 
     from ggufspec.loop.control import DraftController
 
-    settings, length = _settings(args.settings)
-    regime, prompts, generate_one = regime_run(args.regime, args.set, args.prompts)
+    settings, length, regime, prompts, generate_one = regime_from(args)
     for run in range(args.runs):
         ctl = DraftController(settings=settings)
         print(f"run {run + 1}/{args.runs} {regime.name} {' '.join(args.settings)}", flush=True)

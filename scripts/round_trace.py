@@ -19,23 +19,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from coldstart import regime_run  # noqa: E402
-from control_ab import _settings  # noqa: E402
+from coldstart import add_regime_args, regime_from  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--regime", default="default")
-    ap.add_argument("--set", default="tuned", choices=("tuned", "heldout"))
-    ap.add_argument("--prompts", type=int, default=4)
+    add_regime_args(ap, regime="default", prompt_set="tuned", prompts=4)
     ap.add_argument("--passes", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=12, help="rounds of each generation to print")
-    ap.add_argument("settings", nargs="*", metavar="KEY=VAL")
     args = ap.parse_args()
     from ggufspec.loop.control import DraftController
 
-    settings, length = _settings(args.settings)
-    _, prompts, generate_one = regime_run(args.regime, args.set, args.prompts)
+    settings, length, _, prompts, generate_one = regime_from(args)
     ctl = DraftController(settings=settings)
     log: list[str] = []
     observe = ctl.observe
