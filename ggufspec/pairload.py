@@ -121,6 +121,22 @@ def add_workers(settings: PairSettings) -> None:
     gpu_offload_supported.cache_clear()  # llama.cpp offloads once an RPC backend is registered
 
 
+def warm_context(model: Any, *, settings: ContextSettings, parallel: int, lock: Any) -> Any:
+    """A warmed context of `model` for the pair: one sequence, or with `parallel` > 1 one per server
+    slot sharing `lock` (ggufspec.llama.multi), of which the pair's own is slot 0's view."""
+    if parallel > 1:
+        from ggufspec.llama.multi import MultiContext
+
+        multi = MultiContext(model, settings=settings, n_seq=parallel, lock=lock)
+        multi.warmup()
+        return multi.views[0]
+    from ggufspec.llama.context import Context
+
+    ctx = Context(model, settings=settings)
+    ctx.warmup()
+    return ctx
+
+
 def shares_kv(target_info: ModelInfo, info: ModelInfo, settings: PairSettings) -> bool:
     """Does this draft take the target's KV cache (--draft-kv auto, ggufspec.loop.kvshare)?"""
     return settings.draft_kv == "auto" and shared_kv_refusal(target_info, info) is None

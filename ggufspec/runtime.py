@@ -111,21 +111,13 @@ class SpeculativePair:
         is the target's network takes the target's KV cache (--draft-kv auto, ggufspec.loop.kvshare),
         so its cache has the target's type; another's numerics never reach the output, and it
         keeps the faster f16 cache."""
-        from ggufspec.llama.context import Context
         from ggufspec.llama.model import Model
 
         shared = pairload.shares_kv(self.target_info, info, self.settings)
         model = Model(path, settings=draft_load)
         draft_ctx = pairload.draft_context(self.target_info, info, self.settings, target=self.target_ctx.settings)
-        if self.settings.parallel > 1:  # one sequence per slot; the pair's drafter drafts on slot 0's
-            from ggufspec.llama.multi import MultiContext
-
-            multi = MultiContext(model, settings=draft_ctx, n_seq=self.settings.parallel, lock=self._llama_lock)
-            multi.warmup()
-            ctx: Any = multi.views[0]
-        else:
-            ctx = Context(model, settings=draft_ctx)
-            ctx.warmup()
+        # one sequence per slot where serving in parallel; the pair's drafter drafts on slot 0's
+        ctx = pairload.warm_context(model, settings=draft_ctx, parallel=self.settings.parallel, lock=self._llama_lock)
         # named by its file; a second draft of the same file gets "#2"
         taken = {d.name for d, *_ in self._drafters.values()}
         name = next(n for n in (path.stem, *(f"{path.stem}#{i}" for i in range(2, 100))) if n not in taken)
@@ -264,8 +256,6 @@ class SpeculativePair:
         runs beside the pair's own without touching its caches. Weights are shared, not loaded
         again; what a fork costs is its KV caches and compute buffers. The bench runs its
         configurations in lockstep on forks (ggufspec.bench.lockstep). Closed with the pair."""
-        from ggufspec.llama.context import Context
-
         if self.settings.parallel > 1:
             raise RuntimeError("fork needs a pair with parallel == 1")
         for d in drafters:
@@ -275,8 +265,7 @@ class SpeculativePair:
                 raise ValueError(f"drafter {d.name!r} is not one this pair loaded")
 
         def new_context(model: Any, settings: Any) -> Context:
-            ctx = Context(model, settings=settings)
-            ctx.warmup()
+            ctx = pairload.warm_context(model, settings=settings, parallel=1, lock=None)
             self._forks.append(ctx)
             return ctx
 
@@ -339,7 +328,6 @@ def load_pair(
     Raises:
         UserError: missing/invalid files, an incompatible vocabulary, a context that cannot be made.
     """
-    from ggufspec.llama.context import Context
     from ggufspec.llama.lib import batch_invariant_kernels
     from ggufspec.llama.model import Model
     refs = resolve_pair_refs(target=target, draft=draft)
@@ -361,16 +349,8 @@ def load_pair(
     pairload.check_memory(target_info, list(draft_infos.values()), settings, context=ctx_settings, devices=model_devices)
     target_model = Model(target_path, settings=target_load)
     lock = threading.Lock()
-    try:
-        if settings.parallel > 1:  # one sequence per server slot (ggufspec.llama.multi)
-            from ggufspec.llama.multi import MultiContext
-
-            multi = MultiContext(target_model, settings=ctx_settings, n_seq=settings.parallel, lock=lock)
-            multi.warmup()
-            target_ctx: Any = multi.views[0]
-        else:
-            target_ctx = Context(target_model, settings=ctx_settings)
-            target_ctx.warmup()
+    try:  # one sequence per server slot where serving in parallel (ggufspec.llama.multi)
+        target_ctx = pairload.warm_context(target_model, settings=ctx_settings, parallel=settings.parallel, lock=lock)
     except BaseException:
         target_model.close()
         raise
