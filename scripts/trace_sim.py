@@ -201,8 +201,9 @@ class Costs:
         steps (`draft_first_extra_ms`: the catch-up on the 1-2 tokens the last round left, and the
         import of the target's cache where the draft is the target's network), and our Python a
         round: `python_round_ms` + `python_draft_ms` a drafted token, + `python_controller_ms`
-        where the controller chose the round (the default and always-draft; not fixed K nor the
-        target alone)."""
+        where the controller chose a drafting round (the default and always-draft; not fixed K nor
+        the target alone), `python_controller_none_ms` where it chose the target alone (absent: the
+        same)."""
         missing = [k for k in ("target_step_ms", "verify_ms", "draft_step_ms") if k not in profile]
         if missing:
             sys.exit(f"error: the cost profile lacks {', '.join(missing)}")
@@ -219,13 +220,15 @@ class Costs:
         costs.python0 = float(profile.get("python_round_ms", 0.0)) * ms
         costs.python1 = float(profile.get("python_draft_ms", 0.0)) * ms
         costs.python_ctl = float(profile.get("python_controller_ms", 0.0)) * ms
+        costs.python_ctl_none = float(profile.get("python_controller_none_ms", profile.get("python_controller_ms", 0.0))) * ms
         if "uncaptured_ms" in profile:  # a GPU's graph of the target: see Costs.uncaptured
             costs.uncaptured = float(profile["uncaptured_ms"]) * ms
             costs.capture = float(profile.get("capture_ms", 0.0)) * ms
         costs.source = str(profile.get("name", "profile"))
         return costs
 
-    python_ctl = 0.0  # our Python a round on top of python_s where the controller chose it (profiles only)
+    python_ctl = 0.0  # our Python a round on top of python_s where the controller chose to draft (profiles only)
+    python_ctl_none = 0.0  # ... where it chose the target alone (a held choice prices nothing)
     # A GPU's graph of the target (profile keys `uncaptured_ms`, `capture_ms`): llama.cpp's CUDA
     # backend runs a decode whose shape (rows) differs from the last one's without its graph
     # (`uncaptured`, whatever the rows: launch-bound), the next of the same shape too and captures
@@ -236,7 +239,8 @@ class Costs:
     def python_s(self, k: int, *, controlled: bool = False) -> float:
         """Our Python in a round of k drafts (the verify's logits, the acceptance, bookkeeping),
         and the controller's where it chose the round."""
-        return self.python0 + self.python1 * k + (self.python_ctl if controlled else 0.0)
+        ctl = (self.python_ctl if k > 0 else self.python_ctl_none) if controlled else 0.0
+        return self.python0 + self.python1 * k + ctl
 
     def verify_s(self, k: int) -> float:
         ks = sorted(self.verify)
@@ -265,10 +269,16 @@ PROFILES: dict[str, dict[str, Any]] = {
     # - our Python: 0.11 ms a round alone; 0.10 ms a drafted token (the EPYC's 0.2 ms scaled by
     #   the two hosts' target-alone Python, 0.11 / 0.22); the default's 0.50 ms a token (mostly
     #   target-alone rounds, ~0.9 rounds a token, 0.23 drafted tokens a token: 0.92 ms of draft at
-    #   4 ms) leaves ~0.4 ms a round for the controller's rounds
+    #   4 ms) leaves ~0.4 ms a round for the controller's rounds. The third H200 run
+    #   (docs/bench/gpu-h200-2026-11-27c/waited, runs.csv: overhead_s / rounds) splits it: where
+    #   the controller ran the target alone (the default pair's draft model alone, 0.04 drafts a
+    #   round) 0.148 ms a round against the target alone's 0.067, so 0.08 ms; where it drafted
+    #   (the 7B stand-in's default, 7.6 drafts a round) 0.96 against 0.12 + 7.6 x 0.054 (fixed
+    #   K's Python a draft), so 0.43 ms, and the draft model alone under it 0.33 ms
     "h200-135m": {
         "name": "h200-135m", "target_step_ms": 4.21, "verify_ms": {1: 4.21, 9: 11.7}, "draft_step_ms": 4.0,
         "draft_first_extra_ms": 0.0, "python_round_ms": 0.11, "python_draft_ms": 0.10, "python_controller_ms": 0.4,
+        "python_controller_none_ms": 0.08,
     },
     # The default pair with every layer on the H200 (the third run, docs/gpu.md), the target's
     # CUDA graph priced (`uncaptured_ms`, `capture_ms`; Costs.uncaptured):
@@ -303,6 +313,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "verify_ms": {1: 6.451, 2: 7.211, 3: 7.688, 4: 8.530, 5: 9.718, 6: 11.334, 7: 12.519, 8: 14.019},
         "draft_step_ms": 1.31, "draft_first_extra_ms": 0.16,
         "python_round_ms": 0.11, "python_draft_ms": 0.10, "python_controller_ms": 0.4,
+        "python_controller_none_ms": 0.08,
     },
 }
 
@@ -616,7 +627,8 @@ def simulate(path: Path, bench: Path | None, noise: float, seeds: int, policies:
     print(f"costs ({costs.source}): target step {costs.a * 1e3:.2f} ms, draft step {costs.b * 1e3:.2f} ms "
           f"(first call {costs.f * 1e3:.2f}), verify of 3/5/9 rows {costs.verify_s(2) * 1e3:.2f}/"
           f"{costs.verify_s(4) * 1e3:.2f}/{costs.verify_s(8) * 1e3:.2f} ms, Python {costs.python0 * 1e3:.2f} ms a round "
-          f"+ {costs.python1 * 1e3:.2f} a draft + {costs.python_ctl * 1e3:.2f} controlled; "
+          f"+ {costs.python1 * 1e3:.2f} a draft + {costs.python_ctl * 1e3:.2f} controlled "
+          f"({costs.python_ctl_none * 1e3:.2f} where it ran the target alone); "
           + (f"a change of the target's rows: two steps at {costs.uncaptured * 1e3:.2f} ms, "
              f"+ {costs.capture * 1e3:.2f} to capture; " if costs.uncaptured is not None else "")
           + f"noise {noise} a round; {seeds} seed(s)\n")

@@ -160,6 +160,11 @@ def test_a_cost_profile_prices_rounds_as_stated(tmp_path) -> None:
     assert (c.a, c.b, c.f) == pytest.approx((0.005, 0.002, 0.0025))
     assert c.python_s(0) * 1e3 == pytest.approx(0.1)
     assert c.python_s(4, controlled=True) * 1e3 == pytest.approx(0.1 + 4 * 0.05 + 0.3)
+    assert c.python_s(0, controlled=True) * 1e3 == pytest.approx(0.1 + 0.3)  # no figure of its own: the same
+    # the controller's Python where it ran the target alone, apart (a held choice prices nothing)
+    held = trace_sim.Costs.from_profile({**PROFILE, "python_controller_none_ms": 0.05})
+    assert (held.python_s(0, controlled=True) * 1e3, held.python_s(4, controlled=True) * 1e3) == pytest.approx(
+        (0.1 + 0.05, 0.1 + 4 * 0.05 + 0.3))
     # fixed K = 8 over 40 tokens (no controller: no controller's Python): 4 rounds of 8 drafts all
     # kept, then K = 2; each round a verify of K + 1 rows, the draft's first call and K - 1 steps
     seconds = trace_sim.simulate_prompt(_trace(40, 8), trace_sim.Policy("fixed", 8), None, c, random.Random(0), 0.0).gen_s
