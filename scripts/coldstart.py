@@ -43,7 +43,9 @@ def regime_run(regime_name: str, prompt_set: str, n: int):  # type: ignore[no-un
     target, copies = pair.fork(list(pair.drafters))
     toks = {p.id: prompt_tokens(pair, p) for p in prompts}
 
-    def run(ctl, prompt, length):  # type: ignore[no-untyped-def]
+    def run(ctl, prompt, length, on_drafters=None):  # type: ignore[no-untyped-def]
+        if on_drafters is not None:  # (scripts/prefill_trace.py watches their decodes)
+            on_drafters(copies)
         g = generate(target=target, prompt=toks[prompt.id], drafters=copies, max_tokens=128, cache_prompt=False,
                      sampling=SamplingSettings(temperature=0.0), speculative=SpeculativeSettings(length=length),
                      controller=ctl)

@@ -509,6 +509,21 @@ def test_a_draft_model_is_prefilled_only_where_its_gain_pays_for_the_prefill() -
     assert ctrl.wants("m")  # no sizes given: as it may run soon
 
 
+@pytest.mark.parametrize("rivals", [True, False], ids=["rule", "off"])
+def test_a_winning_model_is_prefilled_after_a_prompt_that_ended_in_lookups_matches(rivals: bool) -> None:
+    # rule `prefill_rivals`: the last rounds ran lookup's grade 3 (347 against the model's 103 and
+    # the target alone's 71 tokens/s); at the next prompt lookup runs only where it matches, and
+    # the model, which beats the target alone, is prefilled. Judged against lookup's grade (off),
+    # the model was neither the leader nor close, and its ceiling under lookup's rate made it
+    # hopeless: not prefilled, it caught up on the whole prompt in its first round (smollm2-as-1b,
+    # chat-04: a 50-token decode, 0.16-0.18 s of the generation's ~3.5 s)
+    rng = np.random.default_rng(0)
+    ctrl = _shared_warm_controller(rng, ControlSettings(prefill_rivals=rivals))
+    assert [_lookup_round(ctrl).drafter for _ in range(6)] == ["lookup"] * 6
+    assert ctrl.wants("m", backlog=50, remaining=128) is rivals
+    assert not ctrl.wants("m", backlog=2000, remaining=10)  # still priced: a long prompt for a few tokens
+
+
 def test_a_prefill_is_priced_at_the_measured_prefill_cost_not_a_catch_ups() -> None:
     # a catch-up of a few tokens costs 3 ms a token (a decode call's own cost spread over them), a
     # 200-token prefill 1 ms a token: a 200-token prompt for 100 new tokens (the draft saves 2.8 ms

@@ -30,7 +30,12 @@ retry of the shared-cache Q4_1 draft beside a Q8_0 target cost 16-40 ms against 
 steps: every 128 rounds that was 1.5-3.5% of the time, where nothing pays.
 
 Prefill (`wants`): a draft model is prefilled with a new prompt when never run, the leader, within
-`close` of it, or due for a retry, and its expected gain pays for the prefill (ggufspec.loop.catchup);
+`close` of it, or due for a retry, and its expected gain pays for the prefill (ggufspec.loop.catchup),
+the leader and the gain judged among the sources that run at any position (rule `prefill_rivals`) (the target alone and
+the draft models: a free drafter's grade runs only where the history matches, and the model's
+rounds are the others; judged against lookup's grade 3 after a prompt lookup ended, the 1B
+stand-in's draft went unprefilled and caught up on the whole prompt in its first round, 0.16-0.18 s
+of a ~3.5 s generation);
 or where it ran fewer than retry / 2 rounds and a retry is due (rule `unsettled`: a
 cold start, whose first rounds' luck would otherwise decide for prompts on end: a model that does
 not share the target's cache and is not prefilled misses the whole prompt, a catch-up that rarely
@@ -130,12 +135,17 @@ class Exploration(CatchUp):
         s = self._sources.get(name)
         if s is None or s.last is None:
             return True
-        if name in self._hopeless_now:  # no prefill for a model that cannot pay until its rare retry
+        # judged against the sources that run wherever the history is: a free drafter's grade runs
+        # only where it matches, and a model prefilled for the rest pays there too
+        rates = self._anywhere(self._rates)
+        hopeless = (self._hopeless(name, rates, lo=1, cap=self._caps.get(name, 1)) if self.settings.prefill_rivals
+                    else name in self._hopeless_now)
+        if hopeless:  # no prefill for a model that cannot pay until its rare retry
             return self.round - s.last >= self._hopeless_interval(name)
-        leader = name == self._leader
+        leader = bool(rates) and name == max(rates, key=lambda n: rates[n])
         due = self.round - s.last >= self.settings.retry
-        best = max(self._rates.values(), default=0.0)
-        close = self._rates.get(name, 0.0) >= self.settings.close * best
+        best = max(rates.values(), default=0.0)
+        close = rates.get(name, 0.0) >= self.settings.close * best
         if not (leader or due or close):
             return False
         if self._prefills(name, s.last, leader, best, backlog=backlog, remaining=remaining):
@@ -144,12 +154,18 @@ class Exploration(CatchUp):
             return True
         return False
 
+    def _anywhere(self, rates: Mapping[str, float]) -> dict[str, float]:
+        """`rates` of the sources that can run at any position: the target alone and draft models."""
+        if not self.settings.prefill_rivals:
+            return dict(rates)
+        return {n: r for n, r in rates.items() if n == NONE or not self._drafters[n].free}
+
     def _prefills(self, name: str, last: int, leader: bool, best: float, *, backlog: int | None,
                   remaining: int | None) -> bool:
         """`wants` for a model that leads, is within `close` of the leader or is due for a retry."""
         if backlog is None or remaining is None or self._explore_unsettled(name, last, best):
             return True
-        other = max((r for n, r in self._pooled.items() if n != name), default=0.0)
+        other = max((r for n, r in self._anywhere(self._pooled).items() if n != name), default=0.0)
         rate = self._pooled.get(name, 0.0)
         if not leader:
             rate = max(rate, self._prior.get(name, 0.0))
