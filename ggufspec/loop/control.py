@@ -120,7 +120,6 @@ class DraftController(Extensions):
         both = {n: self._throughputs(n, r) for n, (_, r) in options.items()}  # (R_s, P_s)
         rates = {n: rp[0] or 0.0 for n, rp in both.items()}
         self._rated.update(rates)
-        self._leader = max(rates, key=lambda n: rates[n])
         self._rates = rates
         self._pooled = {n: rp[1] or 0.0 for n, rp in both.items()}
         # a draft model's prior rate (alpha0, the measured costs): the optimism of a catch-up or a prefill

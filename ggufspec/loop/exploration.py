@@ -30,12 +30,12 @@ retry of the shared-cache Q4_1 draft beside a Q8_0 target cost 16-40 ms against 
 steps: every 128 rounds that was 1.5-3.5% of the time, where nothing pays.
 
 Prefill (`wants`): a draft model is prefilled with a new prompt when never run, the leader, within
-`close` of it, or due for a retry, and its expected gain pays for the prefill (ggufspec.loop.catchup),
-the leader and the gain judged among the sources that run at any position (rule `prefill_rivals`) (the target alone and
-the draft models: a free drafter's grade runs only where the history matches, and the model's
-rounds are the others; judged against lookup's grade 3 after a prompt lookup ended, the 1B
-stand-in's draft went unprefilled and caught up on the whole prompt in its first round, 0.16-0.18 s
-of a ~3.5 s generation);
+`close` of it, or due for a retry, and its expected gain pays for the prefill (ggufspec.loop.catchup);
+rule `prefill_rivals`: leader, gain and ceiling judged among the sources that run at any position,
+the target alone and the draft models (a free drafter's grade runs only where the history
+matches; judged against lookup's grade 3 after a prompt that ended in its matches, the 1B
+stand-in's draft went unprefilled and caught up on the whole prompt in its first round, 0.16-0.21 s
+of a ~4 s generation);
 or where it ran fewer than retry / 2 rounds and a retry is due (rule `unsettled`: a
 cold start, whose first rounds' luck would otherwise decide for prompts on end: a model that does
 not share the target's cache and is not prefilled misses the whole prompt, a catch-up that rarely
@@ -63,7 +63,6 @@ class Exploration(CatchUp):
         self._probe: tuple[int, int] = (1, 1)  # (lo, cap) of the K range of the retried source
         self._confirm: tuple[str, int] | None = None  # (source, rounds left) to run again
         self._confirming = False  # the last retry round was a confirmation (never re-arms it)
-        self._leader: str | None = None  # the source with the best estimate when last chosen
         self._opening: dict[str, int] = {}  # draft model -> opening rounds left in this generation
         self._rates: dict[str, float] = {}  # each source's estimate when last chosen
         self._pooled: dict[str, float] = {}  # ... its rate over all generations
