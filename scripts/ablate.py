@@ -37,7 +37,7 @@ RULES = {  # rule -> the default with it off
     "free: prompt counts": "default@free_prompt=0", "grades": "default@grades=0", "check": "default@check_rounds=0",
     "extension": "default:8:0:0", "recheck a": "default@recheck=0", "hopeless": "default@hopeless=0",
     "hold": "default@hold=0", "hopeless budget (off: every 128 rounds)": "default@hopeless_share=1",
-    "check pricing": "default@check_pricing=0",
+    "check pricing": "default@check_pricing=0", "continuation-priced K": "default@extend_k=0",
 }
 
 

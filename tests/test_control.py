@@ -758,6 +758,43 @@ def test_a_draft_models_first_call_is_priced_once_a_round_not_per_token() -> Non
     assert ctrl.draft_cost_s("m", 8) > 1.02 * (f + 8 * b)
 
 
+def _continued_sim(ctrl: DraftController, rounds: int, *, alpha: float, a: float, b: float, ext: int,
+                   rng: np.random.Generator) -> tuple[list[int], float]:
+    """Rounds of one draft model (K drafts kept with `alpha` each, b a draft, a verify of n rows
+    a (1 + 0.107 (n - 1))) whose every full proposal lookup continues by `ext` tokens, all right
+    (copied text the model leads into); returns (the K of each drafting round, tokens a second)."""
+    ks, tokens, seconds = [], 0, 0.0
+    for _ in range(rounds):
+        c = ctrl.choose(drafters=[Candidate("m", kv_shared=True)], draft_max=8)
+        k = c.draft_len if c.drafter is not None else 0
+        kept = _kept(rng, k, alpha)
+        e = ext if k else 0
+        accepted = kept + (e if kept == k else 0)  # the continuation is judged where the drafts all were
+        round_s = a * (1.0 + 0.107 * (k + e)) + b * k
+        ctrl.observe(Round(choice=c, drafted=k + e, accepted=accepted, emitted=accepted + 1, round_s=round_s,
+                           draft_s=b * k, draft_calls=k, extended=e, extended_by="lookup" if e else None,
+                           extended_grade=3 if e else 0))
+        tokens, seconds = tokens + accepted + 1, seconds + round_s
+        if k:
+            ks.append(k)
+    return ks, tokens / seconds
+
+
+def test_a_model_whose_full_proposals_lookup_continues_drafts_short() -> None:
+    # A draft step of 0.15 a, accept rate 0.8: alone its best K is 3 (E(K) / T(K)). But lookup continues
+    # each of its full proposals by 4 right tokens, which cost verify rows only: K = 1 then makes
+    # 5.0 tokens in 1.69 a where K = 3 makes 5.0 in 2.20 a. Rule extend_k prices the continuation.
+    a, b, alpha = 0.02, 0.003, 0.8
+    for seed in range(3):
+        runs = {}
+        for on in (True, False):
+            ctrl = DraftController(settings=ControlSettings(extend_k=on))
+            ks, rate = _continued_sim(ctrl, 400, alpha=alpha, a=a, b=b, ext=4, rng=np.random.default_rng(seed))
+            runs[on] = (sum(k == 1 for k in ks[100:]) / len(ks[100:]), rate)
+        assert runs[True][0] > 0.8 and runs[False][0] < 0.2, runs  # K = 1 with the rule, 3 without
+        assert runs[True][1] > 1.15 * runs[False][1], runs  # 2.96 / a against 2.27 / a
+
+
 def _lookup_round(ctrl: DraftController, *, backlog: int = 0, kv_shared: bool = True, right: bool = True,
                   check_s: float = 0.0) -> Choice:
     """A round offered a draft model `m` (0.45 target steps a draft) and lookup's 8-token grade-3

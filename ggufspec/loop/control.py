@@ -28,7 +28,7 @@ in-step draft model's first token.
 
 Extension (`extend`, ggufspec.loop.extension): a draft model's full proposal takes the longest e
 tokens of a free drafter's continuation with pi_model(K) pi_free(e) / R >= v (v the verify line's
-slope, R the best rate).
+slope, R the best rate); what continuations added lately prices the model's K (rule `extend_k`).
 
 Lossless: `choose` sees past rounds and the history only, never the target's output for the round
 it decides. The measurements behind each rule, and the ablation that kept it: docs/bench/controller.md.
@@ -227,6 +227,8 @@ class DraftController(Extensions):
             v_k.add(self.round, vp)  # rows, whoever proposed them
             own = drafted - extended  # the model's drafts: its curve's positions
             self._record_accepts(name, own, min(accepted, own), emitted)
+            if not free and own == choice.draft_len:  # a full proposal: a continuation could follow
+                self._record_continuation(name, extended, accepted >= own, accepted - own)
             if extended and r.extended_by is not None and accepted >= own:  # the continuation was judged
                 key = self._extension_key(r.extended_by, r.extended_grade)
                 self._model(key, True)

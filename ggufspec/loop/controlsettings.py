@@ -61,6 +61,7 @@ class ControlSettings:
     hopeless: bool = True  # a model whose ceiling cannot beat the best other source is left
     full_retry: bool = True  # a model prefilled because its retry is due opens in full (off: 1 round where it lost)
     check_pricing: bool = True  # a check runs only where it pays at the measured costs (off: whenever due)
+    extend_k: bool = True  # a model's K priced with the continuation a free drafter appends to its full proposals
     prefill_rivals: bool = True  # a prefill judged against the target alone and the draft models (off: a free drafter's grades too)
     # a target on a CUDA GPU (on where one runs it; off: a CPU's decode costs what its rows do): a
     # decode whose shape differs from the last runs without the backend's graph, and so does the

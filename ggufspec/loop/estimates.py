@@ -141,6 +141,11 @@ class DrafterModel:
     at: int = 0
     gen_drafted_at: list[float] = field(default_factory=list)  # a free drafter's: as drafted_at, this generation's only (undiscounted)
     gen_accepted_at: list[float] = field(default_factory=list)  # ... accepted_at
+    # a draft model's full proposals and a free drafter's continuation of them (rule `extend_k`),
+    # discounted as drafted_at: (proposals, continuation rows verified, proposals whose drafts were
+    # all kept, continuation tokens kept in those); `gen_ext` the same, this generation's only
+    ext: list[float] = field(default_factory=lambda: [0.0] * 4)
+    gen_ext: list[float] = field(default_factory=lambda: [0.0] * 4)
 
     @property
     def alpha0(self) -> float:

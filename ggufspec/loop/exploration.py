@@ -202,9 +202,11 @@ class Exploration(CatchUp):
         self._confirming, self._confirm = False, None
         for src in self._sources.values():  # this generation's rounds start now
             src.cur_tokens = src.cur_seconds = 0.0
-        for m in self._drafters.values():  # ... and its free drafters' scored proposals
+        for m in self._drafters.values():  # ... and its free drafters' scored proposals (a model's continuations)
             if m.free:
                 m.gen_drafted_at, m.gen_accepted_at = [], []
+            else:
+                m.gen_ext = [0.0] * 4
         for name, (tokens, seconds) in (prefill or {}).items():
             if tokens >= 16:  # (a few tokens measure the call, not the tokens)
                 self._model(name, False).prefill.add(self.round, seconds / tokens)

@@ -7,7 +7,8 @@ all kept (its own curve pi_f, `_extension_key`: by the free drafter and its grad
 Extension (`extend`): a model's full proposal of K tokens takes the longest e tokens of the
 continuation with
     pi_m(K) pi_f(e) / R >= v
-(R the best rate, v the verify line's slope): a token pays for its verify row.
+(R the best rate, v the verify line's slope): a token pays for its verify row. What the
+continuation adds is priced into the model's K too (rule `extend_k`, ggufspec.loop.throughput).
 """
 
 from __future__ import annotations

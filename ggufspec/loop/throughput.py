@@ -6,6 +6,13 @@ pseudo-round of prior c_d(j-1) (c_d(0) = alpha0), so past the measured positions
 extends the measured one:
     c_d(j) = (accepted_j + c_d(j-1)) / (drafted_j + 1),   pi_d(i) = prod_{j<=i} c_d(j)
     E_d(K) = 1 + sum_{i=1..K} pi_d(i),   K* = argmax_{K in [lo, cap]} E_d(K) / T_d(K)
+Rule `extend_k`: a draft model's full proposal may be continued by a free drafter (rule `extend`,
+ggufspec.loop.extension), x tokens kept on average where its drafts all were, at r verify rows a
+proposal (v a row, the verify line's slope); K then maximises
+    (E_d(K) + pi_d(K) x) / (T_d(K) + v r)
+(x and r this generation's over the pooled, `free_prior_obs` pseudo-proposals): where lookup
+continues what the model leads into, a short K; where it does not, x = r = 0 and the K of the
+model alone (its measurements: docs/bench/controller.md).
 `optimistic`: each c_d(j) at least alpha0 (the K a retry or a K probe runs). Rule `free_prompt`:
 a free drafter (scored every round, chosen or not: full information) takes this generation's
 counts over its pooled curve as `free_prior_obs` pseudo-observations,
@@ -76,14 +83,30 @@ class Rates(CostModel):
         if costs is None:
             return None
         pis = self.prefix_accept(name, cap, optimistic=optimistic)
+        rows, kept = self._continuation(name)
+        extra_s = rows * self._verify_line(costs[0])[1] if rows else 0.0  # its verify rows, v a row
         best, e = None, 1.0
         for k in range(1, cap + 1):
             e += pis[k - 1]
             if k >= lo:
-                rate = e / costs[k]
+                rate = (e + pis[k - 1] * kept) / (costs[k] + extra_s)
                 if best is None or rate > best[1] + 1e-12:
                     best = (k, rate)
         return best
+
+    def _continuation(self, name: str) -> tuple[float, float]:
+        """Rule `extend_k`: (rows, kept), the verify rows a free drafter's continuation adds to a full
+        proposal of draft model `name`, and its tokens kept where the model's drafts all were: this
+        generation's over the pooled (`free_prior_obs` pseudo-proposals), as a free drafter's curve.
+        (0, 0): a free drafter, the rule off, or no continuation seen."""
+        m = self._drafters[name]
+        if m.free or not self.settings.extend_k or not m.ext[0]:
+            return 0.0, 0.0
+        w = self.settings.free_prior_obs
+        (n, rows, full, kept), (gn, grows, gfull, gkept) = m.ext, m.gen_ext
+        rows = (grows + w * rows / n) / (gn + w)
+        kept = (gkept + w * (kept / full if full else 0.0)) / (gfull + w)
+        return rows, kept
 
     def throughput(self, name: str, prior_rate: float | None, *, pooled: bool = False) -> float | None:
         """R_s (P_s where `pooled`): a source's realized tokens a second, shrunk (module docstring)."""
@@ -109,6 +132,17 @@ class Rates(CostModel):
             rate, m_g = pooled, st.prompt_prior_rounds
         den = s.cur_seconds + m_g * t
         return ((s.cur_tokens + m_g * rate * t) / den if den > 0 else rate), pooled
+
+    def _record_continuation(self, name: str, rows: int, full: bool, kept: int) -> None:
+        """A full proposal of draft model `name`: `rows` of a free drafter's continuation verified
+        after it; `full`, its drafts all kept (the continuation judged), `kept` of it kept then."""
+        m = self._drafters[name]
+        w = self.settings.accept_decay
+        for sums, decay in ((m.ext, w), (m.gen_ext, 1.0)):
+            sums[0] = sums[0] * decay + 1.0
+            sums[1] = sums[1] * decay + rows
+            sums[2] = sums[2] * decay + full
+            sums[3] = sums[3] * decay + (kept if full else 0)
 
     def _decay_accepts(self, m: DrafterModel, *, observed: bool = False) -> None:
         """Age `m`'s counts to now (`idle_decay` a round) and, when a new observation comes,
