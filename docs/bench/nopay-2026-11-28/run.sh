@@ -1,9 +1,10 @@
 #!/bin/bash
-# Issue 40's four no-pay rows, two passes, --repeats 9: one JSON per row in this folder
-# (nopay_<pass>_<target>_<prompt length>.json), and each row's median speedup on stdout.
+# Issue 40's four no-pay rows, two passes, --repeats 9: one JSON per row in OUT (default: this
+# folder; nopay_<pass>_<target>_<prompt length>.json), and each row's median speedup on stdout.
+#     docs/bench/nopay-2026-11-28/run.sh [OUT]
 set -euo pipefail
 root="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-out="$(cd "$(dirname "$0")" && pwd)"
+out="$(cd "${1:-$(dirname "$0")}" && pwd)"
 cd "$root"
 for pass in 1 2; do
   for t in Q8_0 Q4_1; do
