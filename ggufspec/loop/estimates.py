@@ -143,9 +143,9 @@ class DrafterModel:
     gen_accepted_at: list[float] = field(default_factory=list)  # ... accepted_at
     # a draft model's full proposals and a free drafter's continuation of them (rule `extend_k`),
     # discounted as drafted_at: (proposals, continuation rows verified, proposals whose drafts were
-    # all kept, continuation tokens kept in those); `gen_ext` the same, this generation's only
-    ext: list[float] = field(default_factory=lambda: [0.0] * 4)
-    gen_ext: list[float] = field(default_factory=lambda: [0.0] * 4)
+    # all kept, continuation tokens kept in those); `gen_continued` the same, this generation's only
+    continued: list[float] = field(default_factory=lambda: [0.0] * 4)
+    gen_continued: list[float] = field(default_factory=lambda: [0.0] * 4)
 
     @property
     def alpha0(self) -> float:

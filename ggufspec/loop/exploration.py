@@ -206,7 +206,7 @@ class Exploration(CatchUp):
             if m.free:
                 m.gen_drafted_at, m.gen_accepted_at = [], []
             else:
-                m.gen_ext = [0.0] * 4
+                m.gen_continued = [0.0] * 4
         for name, (tokens, seconds) in (prefill or {}).items():
             if tokens >= 16:  # (a few tokens measure the call, not the tokens)
                 self._model(name, False).prefill.add(self.round, seconds / tokens)

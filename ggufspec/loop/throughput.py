@@ -100,10 +100,10 @@ class Rates(CostModel):
         generation's over the pooled (`free_prior_obs` pseudo-proposals), as a free drafter's curve.
         (0, 0): a free drafter, the rule off, or no continuation seen."""
         m = self._drafters[name]
-        if m.free or not self.settings.extend_k or not m.ext[0]:
+        if m.free or not self.settings.extend_k or not m.continued[0]:
             return 0.0, 0.0
         w = self.settings.free_prior_obs
-        (n, rows, full, kept), (gn, grows, gfull, gkept) = m.ext, m.gen_ext
+        (n, rows, full, kept), (gn, grows, gfull, gkept) = m.continued, m.gen_continued
         rows = (grows + w * rows / n) / (gn + w)
         kept = (gkept + w * (kept / full if full else 0.0)) / (gfull + w)
         return rows, kept
@@ -138,7 +138,7 @@ class Rates(CostModel):
         after it; `full`, its drafts all kept (the continuation judged), `kept` of it kept then."""
         m = self._drafters[name]
         w = self.settings.accept_decay
-        for sums, decay in ((m.ext, w), (m.gen_ext, 1.0)):
+        for sums, decay in ((m.continued, w), (m.gen_continued, 1.0)):
             sums[0] = sums[0] * decay + 1.0
             sums[1] = sums[1] * decay + rows
             sums[2] = sums[2] * decay + full
