@@ -26,7 +26,8 @@ from control_ab import _settings  # noqa: E402  (KEY=VAL: ControlSettings and Dr
 def regime_run(regime_name: str, prompt_set: str, n: int):  # type: ignore[no-untyped-def]
     """(regime, prompts, run): `run(controller, prompt, length)` generates 128 greedy tokens of one
     of the set's first `n` prompts with the regime's target and drafters on the CPU, on one fork of
-    them (scripts/round_trace.py's too)."""
+    them (scripts/round_trace.py's too); `run(..., use=pred)`, with the drafters `pred` keeps only
+    (`lambda d: False`: the target alone)."""
     from ggufspec.bench.ours import prompt_tokens
     from ggufspec.bench.prompts import load_prompts
     from ggufspec.bench.regimes import parse_regimes
@@ -43,10 +44,11 @@ def regime_run(regime_name: str, prompt_set: str, n: int):  # type: ignore[no-un
     target, copies = pair.fork(list(pair.drafters))
     toks = {p.id: prompt_tokens(pair, p) for p in prompts}
 
-    def run(ctl, prompt, length, on_drafters=None):  # type: ignore[no-untyped-def]
+    def run(ctl, prompt, length, on_drafters=None, use=None):  # type: ignore[no-untyped-def]
+        drafters = [d for d in copies if use is None or use(d)]
         if on_drafters is not None:  # (scripts/prefill_trace.py watches their decodes)
-            on_drafters(copies)
-        g = generate(target=target, prompt=toks[prompt.id], drafters=copies, max_tokens=128, cache_prompt=False,
+            on_drafters(drafters)
+        g = generate(target=target, prompt=toks[prompt.id], drafters=drafters, max_tokens=128, cache_prompt=False,
                      sampling=SamplingSettings(temperature=0.0), speculative=SpeculativeSettings(length=length),
                      controller=ctl)
         g.run()

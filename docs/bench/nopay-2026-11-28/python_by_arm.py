@@ -13,26 +13,17 @@ sys.path[:0] = [str(root / "scripts"), str(root)]
 from coldstart import regime_run  # noqa: E402
 
 from ggufspec.loop.control import DraftController  # noqa: E402
-from ggufspec.loop.engine import generate  # noqa: E402
-from ggufspec.loop.sampling import SamplingSettings  # noqa: E402
-from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings  # noqa: E402
+from ggufspec.loop.speculation import DraftLengthSettings  # noqa: E402
 
 regime, prompts, run = regime_run(sys.argv[1] if len(sys.argv) > 1 else "q8_0", "tuned", 4)
-cl = dict(zip(run.__code__.co_freevars, (c.cell_contents for c in run.__closure__)))  # run's target and drafters
-target, copies, toks = cl["target"], cl["copies"], cl["toks"]
 length = DraftLengthSettings()
-arms = {"alone": ((), None), "default": (tuple(copies), DraftController()),
-        "lookup": (tuple(d for d in copies if d.free), DraftController()),
-        "model": (tuple(d for d in copies if not d.free), DraftController())}
+arms = {"alone": (lambda d: False, None), "default": (lambda d: True, DraftController()),  # drafters kept, controller
+        "lookup": (lambda d: d.free, DraftController()), "model": (lambda d: not d.free, DraftController())}
 
 
 def gen(arm, p):  # type: ignore[no-untyped-def]
-    ds, ctl = arms[arm]
-    g = generate(target=target, prompt=toks[p.id], drafters=ds, max_tokens=128, cache_prompt=False,
-                 sampling=SamplingSettings(temperature=0.0), speculative=SpeculativeSettings(length=length),
-                 controller=ctl)
-    g.run()
-    return g.stats
+    use, ctl = arms[arm]
+    return run(ctl, p, length, use=use).stats
 
 
 for arm in arms:  # warm: each controller calibrates
