@@ -85,8 +85,8 @@ def per_state(method: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(method)
     def cached(self: Any, *args: object, **kwargs: object) -> T:
-        # (no argument is a tuple, so the two forms of key never meet)
-        key = (name, args, *kwargs.items()) if kwargs else (name, *args)
+        # (no argument is a tuple, so the tuple forms of key never meet; no arguments: the name)
+        key = (name, args, *kwargs.items()) if kwargs else (name, *args) if args else name
         try:
             return self._memo[key]  # type: ignore[no-any-return]
         except KeyError:

@@ -194,7 +194,12 @@ class CostModel:
         costs = self.round_costs(name, cap) if cap >= lo else None
         if costs is None:
             return None
-        return max((k + 1) / costs[k] for k in range(lo, cap + 1))
+        best = 0.0
+        for k in range(lo, cap + 1):
+            r = (k + 1) / costs[k]
+            if r > best:
+                best = r
+        return best
 
     @per_state
     def prior_rate(self, name: str, *, lo: int, cap: int) -> float | None:
@@ -207,6 +212,6 @@ class CostModel:
         for k in range(1, cap + 1):
             term *= alpha
             e += term  # E(K) = sum_{i=0..K} alpha^i
-            if k >= lo:
-                best = max(best, e / costs[k])
+            if k >= lo and e / costs[k] > best:
+                best = e / costs[k]
         return best

@@ -121,6 +121,9 @@ class KVSource(Protocol):
     @property
     def tokens(self) -> Sequence[int]: ...
 
+    @property
+    def n_past(self) -> int: ...
+
     def state(self) -> bytes:
         """Its KV cache as llama.cpp serialises one sequence."""
         ...
@@ -154,6 +157,9 @@ class ModelDrafter:
         # and a launch-bound draft pays that every round.
         self.one_row = one_row
         self.imports = 0  # imports of the target's cache so far
+        # `backlog`'s answer for the `_sync` of the same round, once: (history, its length, the
+        # two caches' lengths, the answer); each `_reach` copies both token lists (~10 us a round)
+        self._reached: tuple[Sequence[int], int, int, int, tuple[int, int]] | None = None
 
     @property
     def kv_shared(self) -> bool:
@@ -168,6 +174,7 @@ class ModelDrafter:
 
     def reset(self) -> None:
         self.ctx.clear()
+        self._reached = None
 
     def prefill(self, prompt: Sequence[int]) -> float:
         # Everything but the last prompt token, which is decoded with the first draft step, unless
@@ -178,7 +185,12 @@ class ModelDrafter:
         return clock.now() - t
 
     def backlog(self, history: Sequence[int]) -> int:
-        return len(history) - self._reach(history)[1]
+        reach = self._reach(history)
+        self._reached = (history, len(history), self.ctx.n_past, self._source_len(), reach)
+        return len(history) - reach[1]
+
+    def _source_len(self) -> int:
+        return -1 if self.kv_source is None else self.kv_source.n_past
 
     def _reach(self, history: Sequence[int]) -> tuple[int, int]:
         """(how much of `history` its own cache holds, how much it can hold without decoding:
@@ -194,7 +206,12 @@ class ModelDrafter:
     def _sync(self, history: Sequence[int]) -> tuple[list[int], int]:
         """Roll the KV cache back to the shared prefix, importing the target's where that pays;
         return (the history tokens still to decode, how many the import brought in)."""
-        own, m = self._reach(history)
+        memo, self._reached = self._reached, None
+        if (memo is not None and memo[0] is history and memo[1] == len(history) and memo[2] == self.ctx.n_past
+                and memo[3] == self._source_len()):  # nothing decoded since `backlog` asked
+            own, m = memo[4]
+        else:
+            own, m = self._reach(history)
         if m > own:
             src = self.kv_source
             assert src is not None

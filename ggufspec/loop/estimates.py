@@ -16,7 +16,6 @@ ALPHA_MODEL = 0.8  # prior per-token accept rate of a draft model
 ALPHA_FREE = 0.6  # ... of prompt lookup, where it found a match
 
 
-_NO_ANSWER: tuple[tuple[int, bool, float], int, float, float | None] = ((0, False, 0.0), 1, 0.0, None)  # holds for no round
 
 
 class Samples:
@@ -24,21 +23,23 @@ class Samples:
 
     def __init__(self, window: int) -> None:
         self._items: deque[tuple[int, float]] = deque(maxlen=window)
-        # the last answer: ((horizon, low, expire), first round, last round it holds for, value)
-        self._memo = _NO_ANSWER
+        # the last answer: the rounds it holds for [first, last] (none: first > last), what it
+        # answered (horizon, low, expire) and its value (fields, not a tuple: asked ~14 times a round)
+        self._first, self._last, self._value = 1, 0.0, None
+        self._horizon, self._low, self._expire = 0, False, 0.0
 
     def add(self, now: int, value: float) -> None:
         self._items.append((now, value))
-        self._memo = _NO_ANSWER
+        self._first, self._last = 1, 0.0
 
     def median(self, now: int, horizon: int, *, low: bool = False, expire: float = math.inf) -> float | None:
         """The low median (`low`: the minimum) of the fresh samples, or of all when none is fresh;
         samples more than `expire` rounds old are gone (None: none left)."""
         if not self._items:
             return None
-        key, first, last, value = self._memo
-        if first <= now <= last and key == (horizon, low, expire):  # asked several times a round, and rounds on end
-            return value
+        if (self._first <= now <= self._last and self._horizon == horizon and self._low == low
+                and self._expire == expire):  # asked several times a round, and rounds on end
+            return self._value
         items = self._items
         if now - items[0][0] > expire:  # (rare: some samples expired)
             kept = [(r, v) for r, v in items if now - r <= expire]
@@ -56,7 +57,8 @@ class Samples:
         # a timing is only ever slowed by noise (a stall, llama.cpp's first decode of a new
         # batch shape), never sped up: the low median, or the minimum for the target alone
         value = min(values) if low else statistics.median_low(values)
-        self._memo = ((horizon, low, expire), now, last, value)
+        self._first, self._last, self._value = now, last, value
+        self._horizon, self._low, self._expire = horizon, low, expire
         return value
 
     def __bool__(self) -> bool:

@@ -66,13 +66,14 @@ class Rates(CostModel):
         w = self.settings.free_prior_obs
         drafted, accepted = m.drafted_at, m.accepted_at  # (the same length: `_record_accepts`)
         gen_drafted = m.gen_drafted_at if m.free and self.settings.free_prompt else []
-        for i in range(n):
-            if i < len(drafted):  # (past the measured positions c(j) = c(j - 1))
+        measured, gen_measured, gen_accepted = len(drafted), len(gen_drafted), m.gen_accepted_at
+        for i in range(n):  # (every round, for each source: the lengths and branches hoisted)
+            if i < measured:  # (past the measured positions c(j) = c(j - 1))
                 cond = (accepted[i] + cond) / (drafted[i] + 1.0)
-            c = cond
-            if i < len(gen_drafted):
-                c = (m.gen_accepted_at[i] + w * cond) / (gen_drafted[i] + w)
-            pi *= max(c, alpha0) if optimistic else c
+            c = (gen_accepted[i] + w * cond) / (gen_drafted[i] + w) if i < gen_measured else cond
+            if optimistic and c < alpha0:
+                c = alpha0
+            pi *= c
             out.append(pi)
         return tuple(out)
 
