@@ -50,8 +50,8 @@ _EXPORTS: dict[str, str] = {
     "SessionInfo": "ggufspec.session",
     "Target": "ggufspec.loop.target",
     "Drafter": "ggufspec.loop.drafters",
-    "ModelDrafter": "ggufspec.loop.drafters",
-    "LookupDrafter": "ggufspec.loop.drafters",
+    "ModelDrafter": "ggufspec.loop.model_drafter",
+    "LookupDrafter": "ggufspec.loop.lookup",
     "PairRefs": "ggufspec.models.resolve",
     "resolve_pair_refs": "ggufspec.models.resolve",
     "plan_offload": "ggufspec.plan",
@@ -85,7 +85,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
     from ggufspec.llama.compute import compute_thread
     from ggufspec.loop.acceptance import AcceptRule, Variant
     from ggufspec.loop.control import ControlSettings, DraftController
-    from ggufspec.loop.drafters import Drafter, LookupDrafter, ModelDrafter
+    from ggufspec.loop.drafters import Drafter
+    from ggufspec.loop.model_drafter import ModelDrafter
+    from ggufspec.loop.lookup import LookupDrafter
     from ggufspec.loop.engine import Generation, Step, generate
     from ggufspec.loop.rounds import Source
     from ggufspec.loop.sampling import SamplingSettings

@@ -86,7 +86,7 @@ def runs_on_graphs(load: ModelSettings, devices: Sequence[Any]) -> bool:
 
 
 def draft_one_row(draft_load: ModelSettings, devices: Sequence[Any] | None = None, *, parallel: int = 1) -> bool:
-    """Whether a draft model decodes one row at a time (ggufspec.loop.drafters.ModelDrafter's
+    """Whether a draft model decodes one row at a time (ggufspec.loop.model_drafter.ModelDrafter's
     `one_row`): where its layers go to a GPU whose backend re-warms and re-captures its graph
     whenever a decode's shape changes (`runs_on_graphs`; `devices`: llama.cpp's, asked when None),
     and not for server slots (`parallel` > 1: their decodes batch every slot's rows).

@@ -22,7 +22,9 @@ from ggufspec import pairload
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import ModelInfo, read_model_info
 from ggufspec.loop.control import DraftController
-from ggufspec.loop.drafters import Drafter, LookupDrafter, ModelDrafter
+from ggufspec.loop.drafters import Drafter
+from ggufspec.loop.model_drafter import ModelDrafter
+from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.engine import Generation, generate
 from ggufspec.loop.exactness import auto_cache_type, greedy_exactness
 from ggufspec.loop.parallel import Activity, Slot

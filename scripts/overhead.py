@@ -51,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ggufspec.loop import clock  # noqa: E402
 from ggufspec.loop.control import DraftController  # noqa: E402
-from ggufspec.loop.drafters import LookupDrafter, ModelDrafter  # noqa: E402
+from ggufspec.loop.model_drafter import ModelDrafter  # noqa: E402
+from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.engine import generate  # noqa: E402
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 
@@ -282,17 +283,18 @@ def profile(key: str, *, rounds: int, max_tokens: int, prompt_len: int, top: int
         share = 1.0 - (sum(c[1] for k, c in callers.items() if k[0] == here) / nc if nc else 0.0)
         ours.append((tt - fake, ct, nc * share, f"{Path(file).name}:{line}({func})" if line else func, file))
     total = sum(x[0] for x in ours)
-    wanted = {"choose": "control.py", "observe": "control.py", "extend": "control.py", "begin": "control.py",
-              "wants": "control.py", "propose": "drafters.py", "continue_after": "drafters.py", "play": "round_runner.py",
-              "_extension": "round_runner.py", "accept_greedy": "acceptance.py", "pick": "round_runner.py", "push": "text.py",
-              "add": "stats.py", "stats": "stats.py", "_sync": "drafters.py", "_reach": "drafters.py", "best_len": "control.py",
-              "prior_rate": "control.py", "throughput": "control.py", "prefix_accept": "control.py",
-              "verify_s": "control.py", "draft_cost_s": "control.py", "_check": "control.py", "_spacing": "control.py",
-              "_wait": "control.py"}
+    wanted = {("choose", "control.py"), ("observe", "control.py"), ("extend", "extension.py"), ("begin", "control.py"),
+              ("propose", "model_drafter.py"), ("propose", "lookup.py"), ("continue_after", "lookup.py"),
+              ("play", "round_runner.py"), ("_extension", "round_runner.py"), ("accept_greedy", "acceptance.py"),
+              ("pick", "round_runner.py"), ("push", "text.py"), ("add", "stats.py"), ("stats", "stats.py"),
+              ("_sync", "model_drafter.py"), ("_reach", "model_drafter.py"), ("best_len", "throughput.py"),
+              ("prior_rate", "costmodel.py"), ("_throughputs", "throughput.py"), ("prefix_accept", "throughput.py"),
+              ("round_costs", "costmodel.py"), ("draft_cost_s", "costmodel.py"), ("_check", "checks.py"),
+              ("_wait", "exploration.py")}
     cum: dict[str, float] = {}
     for tt, ct, nc, label, file in ours:
         func = label.rsplit("(", 1)[-1].rstrip(")")
-        if func in wanted and file.endswith(wanted[func]):
+        if (func, Path(file).name) in wanted:
             cum[label] = cum.get(label, 0.0) + ct
     return {"top": sorted(ours, reverse=True)[:top], "cum": cum, "total": total, "rounds": n}
 

@@ -67,7 +67,8 @@ import numpy as np
 
 from ggufspec.loop import clock, engine
 from ggufspec.loop.control import ControlSettings, DraftController
-from ggufspec.loop.drafters import Draft, Drafter, LookupDrafter, top_probability
+from ggufspec.loop.drafters import Draft, Drafter, top_probability
+from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 from ggufspec.loop.stats import RunStats

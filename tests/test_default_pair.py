@@ -14,7 +14,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from ggufspec.loop.drafters import LookupDrafter
+from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 from ggufspec.models.embedded import exact_target_quant
 from ggufspec.runtime import load_pair

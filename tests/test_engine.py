@@ -16,7 +16,8 @@ from scipy import stats as sps
 
 from ggufspec.errors import UserError
 from ggufspec.loop.acceptance import AcceptRule, Variant
-from ggufspec.loop.drafters import LookupDrafter, ModelDrafter
+from ggufspec.loop.model_drafter import ModelDrafter
+from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.rounds import Source
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings

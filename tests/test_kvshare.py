@@ -15,7 +15,9 @@ from tiny_models import write_tiny_llama
 from ggufspec.ggufinfo import read_model_info
 from ggufspec.loop import clock
 from ggufspec.loop.acceptance import AcceptRule
-from ggufspec.loop.drafters import LookupDrafter, ModelDrafter, common_prefix
+from ggufspec.loop.drafters import common_prefix
+from ggufspec.loop.model_drafter import ModelDrafter
+from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.engine import generate
 from ggufspec.loop.kvshare import IMPORT_TOKENS_PER_ROW, import_pays, shared_kv_refusal
 from ggufspec.loop.sampling import SamplingSettings
@@ -109,6 +111,25 @@ def test_the_draft_decodes_what_it_lacks_where_an_import_would_cost_more() -> No
     assert drafter.backlog(history) == 1
     drafter.propose(history, draft_len=1)
     assert drafter.imports == 1 and draft.decodes[-1][0] == 1
+
+
+def test_a_sync_reaches_again_when_a_cache_moved_since_the_backlog_was_asked() -> None:
+    # `backlog` keeps its answer for the same round's sync; a cache that moved in between voids it
+    target, draft = _pair(1, n_ctx=256)
+    history = list(np.random.default_rng(1).integers(0, V, size=60))
+    target.decode(history[:-1], logits="none")
+    draft.decode(history[:-1], logits="none")
+    drafter = ModelDrafter(draft, kv_source=target)
+    assert drafter.backlog(history) == 1
+    draft.truncate(20)  # the draft's cache lost 39 tokens after the backlog was asked
+    drafter.propose(history, draft_len=1)
+    assert drafter.imports == 1 and draft.decodes[-1][0] == 1  # it imported them, as a fresh reach says
+    assert draft.kv[:len(history)] == history
+    history = [*history, *drafter.propose(history, draft_len=1).tokens, 3]
+    assert drafter.backlog(history) == 2
+    same = list(history)  # an equal history, another list: reached afresh, the same answer
+    drafter.propose(same, draft_len=1)
+    assert draft.kv[:len(same)] == same
 
 
 def test_a_refused_cache_is_an_error_not_a_silent_cold_draft() -> None:

@@ -20,7 +20,9 @@ from ggufspec.errors import UserError
 from ggufspec.loop import clock
 from ggufspec.loop.acceptance import AcceptRule, Variant
 from ggufspec.loop.control import ControlSettings, DraftController
-from ggufspec.loop.drafters import Draft, LookupDrafter, ModelDrafter
+from ggufspec.loop.drafters import Draft
+from ggufspec.loop.model_drafter import ModelDrafter
+from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.engine import Generation, generate
 from ggufspec.loop.rounds import Choice, Round, Source
 from ggufspec.loop.sampling import SamplingSettings, probabilities

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 
 from ggufspec.errors import UserError
 from ggufspec.loop import clock
-from ggufspec.loop.drafters import LookupDrafter, ModelDrafter, common_prefix
+from ggufspec.loop.drafters import common_prefix
+from ggufspec.loop.model_drafter import ModelDrafter
+from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.engine import Generation, generate
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ggufspec.loop.drafters import LookupDrafter
+from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 from ggufspec.runtime import PAIR_DRAFTERS, SpeculativePair, load_pair
 from ggufspec.settings import ContextSettings, PairSettings

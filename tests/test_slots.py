@@ -12,7 +12,8 @@ from fakes import FakeModel, greedy_reference, letters_vocab, ngram_lm
 
 from ggufspec.loop.batcher import Batcher, Request
 from ggufspec.loop.control import DraftController
-from ggufspec.loop.drafters import LookupDrafter, ModelDrafter
+from ggufspec.loop.model_drafter import ModelDrafter
+from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.parallel import Activity, Slot, pick_slot
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings

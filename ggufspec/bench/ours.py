@@ -15,6 +15,7 @@ from ggufspec.bench.prompts import BenchPrompt
 from ggufspec.errors import UserError
 from ggufspec.loop.acceptance import AcceptRule
 from ggufspec.loop.control import DraftController
+from ggufspec.loop.engine import generate
 from ggufspec.loop.rounds import Source
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import SpeculativeSettings
@@ -75,7 +76,6 @@ class Ours:
         (an A/A of the target alone on two contexts: +0.3% to +2.0% in three processes; one grid's
         Q4_1 lanes 5.6%, docs/bench/regimes-cpu-2026-11-27e). A configuration tied to one lane
         carries that lane's speed into every ratio; rotated, it averages over the lanes."""
-        from ggufspec.loop.engine import generate
         sampling = SamplingSettings(temperature=cfg.temperature, seed=seed)
         labels = [] if cfg.is_baseline else cfg.draft.split("+")  # "Q4_1+lookup": both
         if cfg.is_baseline:
