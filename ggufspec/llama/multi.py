@@ -33,7 +33,7 @@ import numpy as np
 
 from ggufspec.errors import UserError
 from ggufspec.llama import lib, stall
-from ggufspec.llama.context import context_params
+from ggufspec.llama.context import context_params, logits_view
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model
 from ggufspec.loop.batcher import Batcher, Request
@@ -137,7 +137,7 @@ class MultiContext:
                             ptr = llama.llama_get_logits_ith(self._ptr, i + j)
                         if not ptr:
                             raise RuntimeError(f"no logits for batch row {i + j}")
-                        rows[j] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).copy()
+                        rows[j] = logits_view(ptr, self._n_vocab).copy()
                 r.result = rows
                 i += len(r.tokens)
 
