@@ -14,6 +14,8 @@ from typing import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 from fakes import CudaGraph, FakeClock, FakeModel, FakeVocab, assert_follows, greedy_reference, letters_vocab, ngram_lm
 
 from ggufspec.errors import UserError
@@ -533,6 +535,33 @@ def test_lookup_grades_its_proposals_by_the_ngram_it_matched() -> None:
     assert p.tokens == (9, 4, 3) and p.grade == 1
     d.reset()
     assert d.propose([1, 2, 3], draft_len=4).grade == 0  # no match, no proposal
+
+
+def _proposals_from_scratch(history: list[int], draft_len: int) -> tuple[tuple[int, ...], int]:
+    d = LookupDrafter()
+    p = d.propose(list(history), draft_len=draft_len)
+    return p.tokens, p.grade
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=hst.lists(hst.integers(0, 4), min_size=2, max_size=90),
+       steps=hst.lists(hst.integers(1, 30), min_size=1, max_size=12), copies=hst.lists(hst.booleans(), max_size=12))
+def test_lookup_that_grows_with_its_history_proposes_what_one_built_afresh_would(
+        tokens: list[int], steps: list[int], copies: list[bool]) -> None:
+    # The index grows with the history round by round (a handful of tokens, or many at once), the
+    # same list object taken as grown by appending, another one compared; either way each proposal
+    # is the one a drafter that indexed the whole history at once makes.
+    d = LookupDrafter()
+    history: list[int] = []
+    for i, step in enumerate(steps):
+        history.extend(tokens[len(history):len(history) + step])
+        seen = list(history) if i < len(copies) and copies[i] else history
+        if len(seen) >= 2:
+            p = d.propose(seen, draft_len=5)
+            assert (p.tokens, p.grade) == _proposals_from_scratch(history, 5)
+    other = [*tokens[:len(tokens) // 2], 9, 9]  # another history, not a continuation: indexed anew
+    p = d.propose(other, draft_len=5)
+    assert (p.tokens, p.grade) == _proposals_from_scratch(other, 5)
 
 
 class _Recorder(DraftController):

@@ -31,11 +31,13 @@ class LookupDrafter:
         self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest occurrence
         self._indexed = 0  # history[:self._indexed] has its n-grams in the index
         self._history: list[int] = []
+        self._source: Sequence[int] | None = None  # the history object last indexed (kept: its id stays its own)
 
     def reset(self) -> None:
         self._index.clear()
         self._indexed = 0
         self._history = []
+        self._source = None
 
     def prefill(self, prompt: Sequence[int]) -> float:
         self.reset()
@@ -46,18 +48,34 @@ class LookupDrafter:
 
     def _update(self, history: Sequence[int]) -> None:
         # Histories only grow between rounds; a different one (new request) rebuilds the index.
-        # (`_history` is the indexed prefix: one copy of it to compare, and the new tokens appended)
+        # The object indexed last round, no shorter, is taken to have grown by appending (the
+        # engine's history: a list it only appends to); another object is compared with the
+        # indexed prefix (`_history`, a copy of it), O(history) a round: at a 3,000-token prompt
+        # that comparison was 0.1 ms a round, at 200 tokens ~3 us. (A wrong guess costs only the
+        # proposals' quality: they are verified, and a function of past histories only.)
         k = self._indexed
-        head = history[:k]
-        if len(head) < k or self._history != (head if isinstance(head, list) else list(head)):
-            self.reset()
-            k = 0
+        if history is not self._source or len(history) < k:
+            head = history[:k]
+            if len(head) < k or self._history != (head if isinstance(head, list) else list(head)):
+                self.reset()
+                k = 0
+            self._source = history
         self._history.extend(history[k:])
-        # Index every n-gram that ends strictly before the last token (so a match has a continuation).
-        for end in range(max(self._indexed, 1), len(history)):
+        # Index every n-gram that ends strictly before the last token (so a match has a continuation):
+        # history[end - n:end] -> end, later ends overwriting earlier ones, built by zip in C (a
+        # 3,000-token prompt: ~9,000 n-grams, 3.6 ms as a Python loop, 2.1 ms so)
+        # (a round's few new tokens: the plain loop, cheaper for a handful)
+        start, stop = max(self._indexed, 1), len(history)
+        if stop - start <= 16:
+            for end in range(start, stop):
+                for n in range(self.ngram_min, min(self.ngram_max, end) + 1):
+                    self._index[tuple(history[end - n:end])] = end
+        else:
             for n in range(self.ngram_min, self.ngram_max + 1):
-                if end - n >= 0:
-                    self._index[tuple(history[end - n : end])] = end
+                lo = max(start, n)  # the first end with a whole n-gram before it
+                if lo < stop:
+                    seg = history[lo - n:stop - 1]  # seg[j:j + n] is the n-gram ending at lo + j
+                    self._index.update(zip(zip(*(seg[i:i + stop - lo] for i in range(n))), range(lo, stop)))
         self._indexed = max(self._indexed, len(history))
 
     def propose(
