@@ -52,7 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ggufspec.loop import clock  # noqa: E402
 from ggufspec.loop.control import DraftController  # noqa: E402
 from ggufspec.loop.model_drafter import ModelDrafter  # noqa: E402
-from ggufspec.loop.lookup import LookupDrafter
+from ggufspec.loop.lookup import LookupDrafter  # noqa: E402
+from ggufspec.loop.drafters import common_prefix  # noqa: E402
 from ggufspec.loop.engine import generate  # noqa: E402
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 
@@ -134,6 +135,9 @@ class ZeroCostModel:
     @property
     def tokens(self) -> tuple[int, ...]:
         return tuple(self.kv)  # as llama.Context's, a copy of its token list: counted as ours
+
+    def common_prefix(self, seq: Sequence[int]) -> int:
+        return common_prefix(self.kv, seq)  # as llama.Context's: its own list, not a copy
 
     def decode(self, tokens: Sequence[int], *, logits: str = "last") -> None:
         t = perf()

@@ -15,6 +15,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from ggufspec.loop.drafters import common_prefix
+
 LM = Callable[[Sequence[int]], np.ndarray]
 
 
@@ -123,6 +125,9 @@ class FakeModel:
     @property
     def tokens(self) -> list[int]:
         return self.kv
+
+    def common_prefix(self, seq: Sequence[int]) -> int:
+        return common_prefix(self.kv, seq)
 
     def decode(self, tokens: Sequence[int], *, logits: str = "last", wait: bool = True) -> None:
         n = len(tokens)

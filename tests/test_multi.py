@@ -13,6 +13,7 @@ from ggufspec.llama.context import Context
 from ggufspec.llama.model import Model
 from ggufspec.llama.multi import MultiContext, _Chunk
 from ggufspec.loop.batcher import Request
+from ggufspec.loop.drafters import common_prefix
 from ggufspec.models.embedded import exact_target_quant, resolve_embedded
 from ggufspec.settings import ContextSettings
 
@@ -64,6 +65,10 @@ def test_a_gap_between_sequences_is_filled_and_leaves_every_cache_exact(model) -
             nxt[1] = int(np.argmax(rows[1]))
         rows = _one_row(multi, [0, 1, 2], nxt)  # no gap: nothing filled
         assert multi.filled == 4
+        for ctx in (*refs.values(), *multi.views):  # what a draft model asks of a cache each round
+            held = list(ctx.tokens)
+            for seq in (held, [*held, 7], held[:-2], [*held[:3], held[3] + 1, *held[4:]], []):
+                assert ctx.common_prefix(seq) == common_prefix(held, seq)
     finally:
         for r in refs.values():
             r.close()

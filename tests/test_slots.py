@@ -226,6 +226,9 @@ class View:
     n_past = property(lambda self: self.fake.n_past)
     tokens = property(lambda self: tuple(self.fake.kv))
 
+    def common_prefix(self, seq) -> int:
+        return self.fake.common_prefix(seq)
+
     def decode(self, tokens, *, logits="last", wait=True) -> None:
         if tokens:
             self._rows = self.owner.batcher.submit(self.seq, list(tokens), (self.fake, logits))

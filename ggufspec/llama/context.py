@@ -12,6 +12,7 @@ from ggufspec.hardware import physical_cores
 from ggufspec.llama import lib, stall
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model
+from ggufspec.loop.drafters import common_prefix
 from ggufspec.settings import CACHE_TYPES as SETTINGS_CACHE_TYPES
 from ggufspec.settings import ContextSettings
 
@@ -103,6 +104,10 @@ class Context:
     def tokens(self) -> tuple[int, ...]:
         """The token ids in the KV cache, in position order (only chunks that decoded)."""
         return tuple(self._tokens)
+
+    def common_prefix(self, seq: Sequence[int]) -> int:
+        """How many leading tokens of `seq` the KV cache holds (its token list, not a copy)."""
+        return common_prefix(self._tokens, seq)
 
     def decode(self, tokens: Sequence[int], *, logits: Literal["last", "all", "none"] = "last",
                wait: bool = True) -> None:

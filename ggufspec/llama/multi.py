@@ -37,6 +37,7 @@ from ggufspec.llama.context import context_params, logits_view
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model
 from ggufspec.loop.batcher import Batcher, Request
+from ggufspec.loop.drafters import common_prefix
 from ggufspec.settings import ContextSettings
 
 LogitsMode = Literal["last", "all", "none"]
@@ -192,6 +193,10 @@ class SeqView:
     @property
     def tokens(self) -> tuple[int, ...]:
         return tuple(self._tokens)
+
+    def common_prefix(self, seq: Sequence[int]) -> int:
+        """As `Context.common_prefix`."""
+        return common_prefix(self._tokens, seq)
 
     def decode(self, tokens: Sequence[int], *, logits: LogitsMode = "last", wait: bool = True) -> None:
         """As `Context.decode`: n_batch chunks (the same boundaries), each merged with whatever the

@@ -94,7 +94,10 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     only what it must (a tuple's whole slice, and tuple() of a tuple, are the tuple itself):
     each copy touches every token object, and on a CPU a decode has just evicted them all."""
     n = min(len(a), len(b))
-    a, b = a[:n], b[:n]
+    if len(a) != n:  # (a list's whole slice is a copy: none where one side is the shorter)
+        a = a[:n]
+    if len(b) != n:
+        b = b[:n]
     if type(a) is not type(b):  # a list never equals a tuple
         a, b = tuple(a), tuple(b)
     if a == b:

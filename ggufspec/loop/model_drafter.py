@@ -23,6 +23,10 @@ class KVSource(Protocol):
     @property
     def n_past(self) -> int: ...
 
+    def common_prefix(self, seq: Sequence[int]) -> int:
+        """How many leading tokens of `seq` its cache holds (`Target.common_prefix`)."""
+        ...
+
     def state(self) -> bytes:
         """Its KV cache as llama.cpp serialises one sequence."""
         ...
@@ -94,11 +98,10 @@ class ModelDrafter:
     def _reach(self, history: Sequence[int]) -> tuple[int, int]:
         """(how much of `history` its own cache holds, how much it can hold without decoding:
         more where importing the target's cache pays)."""
-        own = common_prefix(self.ctx.tokens, history)
+        own = self.ctx.common_prefix(history)
         if self.kv_source is not None:
-            held = self.kv_source.tokens
-            c = common_prefix(held, history)
-            if import_pays(gained=c - own, held=len(held)):
+            c = self.kv_source.common_prefix(history)
+            if import_pays(gained=c - own, held=self.kv_source.n_past):
                 return own, c
         return own, own
 

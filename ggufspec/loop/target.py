@@ -44,6 +44,11 @@ class Target(Protocol):
         """The token ids in the KV cache, positions 0..n_past-1 (read-only for callers)."""
         ...
 
+    def common_prefix(self, seq: Sequence[int]) -> int:
+        """How many leading tokens of `seq` the KV cache holds (`drafters.common_prefix` of
+        `tokens` and `seq`, without copying `tokens`: a draft model asks every round)."""
+        ...
+
     @property
     def model(self) -> Vocab: ...
 
