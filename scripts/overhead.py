@@ -53,7 +53,7 @@ from ggufspec.loop import clock  # noqa: E402
 from ggufspec.loop.control import DraftController  # noqa: E402
 from ggufspec.loop.model_drafter import ModelDrafter  # noqa: E402
 from ggufspec.loop.lookup import LookupDrafter  # noqa: E402
-from ggufspec.loop.drafters import common_prefix  # noqa: E402
+from ggufspec.loop.drafters import SharedPrefix  # noqa: E402
 from ggufspec.loop.engine import generate  # noqa: E402
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
 
@@ -124,6 +124,7 @@ class ZeroCostModel:
         self.n_ctx, self.n_batch = n_ctx, 512
         self.model = Vocab()
         self.kv: list[int] = []
+        self._shared = SharedPrefix()
         self._rows: list[np.ndarray] = []
         self.own_s = 0.0
         self.calls = 0
@@ -137,7 +138,7 @@ class ZeroCostModel:
         return tuple(self.kv)  # as llama.Context's, a copy of its token list: counted as ours
 
     def common_prefix(self, seq: Sequence[int]) -> int:
-        return common_prefix(self.kv, seq)  # as llama.Context's: its own list, not a copy
+        return self._shared.ask(self.kv, seq)  # as llama.Context's
 
     def decode(self, tokens: Sequence[int], *, logits: str = "last") -> None:
         t = perf()
@@ -166,15 +167,18 @@ class ZeroCostModel:
 
     def truncate(self, n: int) -> None:
         del self.kv[n:]
+        self._shared.cut(n)
 
     def clear(self) -> None:
         self.kv.clear()
+        self._shared.reset()
 
     def state(self) -> tuple[int, ...]:
         return tuple(self.kv)
 
     def load_state(self, data: tuple[int, ...], tokens: Sequence[int]) -> bool:
         self.kv = list(data)
+        self._shared.reset()
         return True
 
 

@@ -22,7 +22,7 @@ from ggufspec.errors import UserError
 from ggufspec.loop import clock
 from ggufspec.loop.acceptance import AcceptRule, Variant
 from ggufspec.loop.control import ControlSettings, DraftController
-from ggufspec.loop.drafters import Draft
+from ggufspec.loop.drafters import Draft, SharedPrefix, common_prefix
 from ggufspec.loop.model_drafter import ModelDrafter
 from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.engine import Generation, generate
@@ -562,6 +562,34 @@ def test_lookup_that_grows_with_its_history_proposes_what_one_built_afresh_would
     other = [*tokens[:len(tokens) // 2], 9, 9]  # another history, not a continuation: indexed anew
     p = d.propose(other, draft_len=5)
     assert (p.tokens, p.grade) == _proposals_from_scratch(other, 5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=hst.lists(hst.tuples(hst.sampled_from(["append", "decode", "cut", "load", "ask", "ask_copy", "new", "shrink"]),
+                                hst.integers(0, 12)), max_size=40))
+def test_a_shared_prefix_answers_as_comparing_the_whole_lists_does(ops: list[tuple[str, int]]) -> None:
+    # A cache's token list and an append-only history change as the loop changes them; every
+    # answer equals common_prefix of the two whole lists.
+    own: list[int] = []
+    history: list[int] = [1, 2]
+    shared = SharedPrefix()
+    for op, x in ops:
+        if op == "append":  # the history grows (the engine appends what a round emitted)
+            history.extend([x % 3] * (x % 4 + 1))
+        elif op == "decode":  # the cache appends some of the history, or its own drafts
+            own.extend(history[len(own):len(own) + x] if x % 2 else [x % 3, 7][:x % 3])
+        elif op == "cut":
+            del own[x:]
+            shared.cut(x)
+        elif op == "load":  # the cache replaced (an import of the target's)
+            own = list(history[:x])
+            shared.reset()
+        elif op == "new":  # another generation: a new history object
+            history = [x % 3, 1, 2]
+        elif op == "shrink":  # (not the engine's: a history cut short in place is compared afresh)
+            del history[max(2, x):]
+        seq = list(history) if op == "ask_copy" else history
+        assert shared.ask(own, seq) == common_prefix(own, seq), (op, own, seq)
 
 
 class _Recorder(DraftController):

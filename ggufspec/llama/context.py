@@ -12,7 +12,7 @@ from ggufspec.hardware import physical_cores
 from ggufspec.llama import lib, stall
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model
-from ggufspec.loop.drafters import common_prefix
+from ggufspec.loop.drafters import SharedPrefix
 from ggufspec.settings import CACHE_TYPES as SETTINGS_CACHE_TYPES
 from ggufspec.settings import ContextSettings
 
@@ -94,6 +94,7 @@ class Context:
         self._batch = llama.llama_batch_init(self.n_batch, 0, 1)
         self._n_vocab = model.n_vocab
         self._tokens: list[int] = []  # the ids at KV positions 0..n_past-1
+        self._shared = SharedPrefix()  # how much of the last history asked `_tokens` holds
 
     @property
     def n_past(self) -> int:
@@ -107,7 +108,7 @@ class Context:
 
     def common_prefix(self, seq: Sequence[int]) -> int:
         """How many leading tokens of `seq` the KV cache holds (its token list, not a copy)."""
-        return common_prefix(self._tokens, seq)
+        return self._shared.ask(self._tokens, seq)
 
     def decode(self, tokens: Sequence[int], *, logits: Literal["last", "all", "none"] = "last",
                wait: bool = True) -> None:
@@ -175,6 +176,7 @@ class Context:
             if not llama.llama_memory_seq_rm(self._mem, 0, n_keep, -1):
                 raise RuntimeError(f"KV rollback to {n_keep} failed")
             del self._tokens[n_keep:]
+            self._shared.cut(n_keep)
 
     def state(self) -> bytes:
         """The KV cache of sequence 0 as llama.cpp serialises it (llama_state_seq_get_data)."""
@@ -197,11 +199,13 @@ class Context:
             self.clear()
             return False
         self._tokens = [int(t) for t in tokens]
+        self._shared.reset()
         return True
 
     def clear(self) -> None:
         llama.llama_memory_clear(self._mem, True)
         self._tokens.clear()
+        self._shared.reset()
 
     def close(self) -> None:
         ptr, self._ptr = getattr(self, "_ptr", None), None
