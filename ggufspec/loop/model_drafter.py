@@ -61,7 +61,7 @@ class ModelDrafter:
         self.one_row = one_row
         self.imports = 0  # imports of the target's cache so far
         # `backlog`'s answer for the `_sync` of the same round, once: (history, its length, the
-        # two caches' lengths, the answer); each `_reach` copies both token lists (~10 us a round)
+        # two caches' lengths, the answer): a round asks both caches once, not twice
         self._reached: tuple[Sequence[int], int, int, int, tuple[int, int]] | None = None
 
     @property
