@@ -51,7 +51,6 @@ def context_params(settings: ContextSettings, *, n_ctx: int, n_seq: int = 1):
     return params
 
 
-
 def logits_view(ptr: object, n_vocab: int) -> np.ndarray:
     """A float32 (n_vocab,) numpy view of the llama.cpp logits row at `ptr` (a float pointer).
     np.ctypeslib.as_array costs 3.0 us a call here, this 1.0 (warm caches; a round reads one to
@@ -69,6 +68,7 @@ def _row_type(n: int) -> type:
     if t is None:
         t = _ROW_TYPES[n] = ctypes.c_float * n
     return t
+
 
 class Context:
     """An inference context on one model: a KV cache for sequence 0 and a reusable batch."""

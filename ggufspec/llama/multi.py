@@ -37,7 +37,7 @@ from ggufspec.llama.context import context_params, logits_view
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model
 from ggufspec.loop.batcher import Batcher, Request
-from ggufspec.loop.drafters import common_prefix
+from ggufspec.loop.drafters import SharedPrefix
 from ggufspec.settings import ContextSettings
 
 LogitsMode = Literal["last", "all", "none"]
@@ -179,6 +179,7 @@ class SeqView:
         self.n_ctx = owner.n_ctx
         self.n_batch = owner.n_batch
         self._tokens: list[int] = []
+        self._shared = SharedPrefix()  # how much of the last history asked `_tokens` holds
         self._rows: dict[int, np.ndarray] = {}
 
     @property
@@ -196,7 +197,7 @@ class SeqView:
 
     def common_prefix(self, seq: Sequence[int]) -> int:
         """As `Context.common_prefix`."""
-        return common_prefix(self._tokens, seq)
+        return self._shared.ask(self._tokens, seq)
 
     def decode(self, tokens: Sequence[int], *, logits: LogitsMode = "last", wait: bool = True) -> None:
         """As `Context.decode`: n_batch chunks (the same boundaries), each merged with whatever the
@@ -242,11 +243,13 @@ class SeqView:
             if not ok:
                 raise RuntimeError(f"KV rollback to {n_keep} failed")
             del self._tokens[n_keep:]
+            self._shared.cut(n_keep)
 
     def clear(self) -> None:
         with self._owner.lock:
             llama.llama_memory_seq_rm(self._owner._mem, self.seq, -1, -1)
         self._tokens.clear()
+        self._shared.reset()
 
     def warmup(self) -> None:
         self._owner.warmup()
@@ -276,6 +279,7 @@ class SeqView:
             self.clear()
             return False
         self._tokens = [int(t) for t in tokens]
+        self._shared.reset()
         return True
 
     def close(self) -> None:

@@ -110,9 +110,9 @@ class CostModel:
         """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (module docstring)."""
         w = self.settings.verify_prior_weight
         pts = [(1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)]  # (K, V(K) - a, weight)
-        fresh, now, expire = self._fresh(), self.round, self.settings.expire
-        for k, samples in self._verify.items():  # (`_recent` inlined: up to 12 K a round)
-            m = samples.median(now, fresh, expire=expire)
+        fresh = self._fresh()
+        for k, samples in self._verify.items():
+            m = self._recent(samples, fresh)
             if m is not None:
                 pts.append((float(k), m - a, float(min(len(samples), 4))))
         return fit_line(pts)
@@ -194,12 +194,7 @@ class CostModel:
         costs = self.round_costs(name, cap) if cap >= lo else None
         if costs is None:
             return None
-        best = 0.0
-        for k in range(lo, cap + 1):
-            r = (k + 1) / costs[k]
-            if r > best:
-                best = r
-        return best
+        return max((k + 1) / costs[k] for k in range(lo, cap + 1))
 
     @per_state
     def prior_rate(self, name: str, *, lo: int, cap: int) -> float | None:

@@ -16,8 +16,6 @@ ALPHA_MODEL = 0.8  # prior per-token accept rate of a draft model
 ALPHA_FREE = 0.6  # ... of prompt lookup, where it found a match
 
 
-
-
 class Samples:
     """The last `window` timing samples; their median, preferring those of the last `horizon` rounds."""
 
