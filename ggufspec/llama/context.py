@@ -9,7 +9,7 @@ import numpy as np
 
 from ggufspec.errors import UserError
 from ggufspec.hardware import physical_cores
-from ggufspec.llama import lib, stall
+from ggufspec.llama import devices, lib, stall
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model
 from ggufspec.loop.drafters import SharedPrefix
@@ -51,23 +51,30 @@ def context_params(settings: ContextSettings, *, n_ctx: int, n_seq: int = 1):
     return params
 
 
-def logits_view(ptr: object, n_vocab: int) -> np.ndarray:
-    """A float32 (n_vocab,) numpy view of the llama.cpp logits row at `ptr` (a float pointer).
-    np.ctypeslib.as_array costs 3.0 us a call here, this 1.0 (warm caches; a round reads one to
-    nine rows, each right after a decode has evicted whatever as_array's own lookups touch)."""
-    return np.frombuffer(_row_type(n_vocab).from_address(ctypes.addressof(ptr.contents)),  # type: ignore[attr-defined]
-                         dtype=np.float32)
+class RowViews:
+    """Float32 (n_vocab,) numpy views of llama.cpp's logits rows, one made per row address and kept.
 
+    A row read runs right after a decode has evicted the caches: there a fresh view (a ctypes
+    pointer taken apart, an array type over it, np.frombuffer) cost 33 us a row and a lookup of
+    the address 2 (the target alone's round: 50 us for its row before the argmax, 17 after; a
+    2-core EPYC, Q8_0 SmolLM2). A kept view is handed out only for an address llama.cpp has just
+    returned as a row's, so its memory is that row's (valid until the next decode, as any view)."""
 
-_ROW_TYPES: dict[int, type] = {}
+    __slots__ = ("_type", "_views")
 
+    MAX = 4096  # views kept (a context's rows are at most n_batch addresses per output buffer)
 
-def _row_type(n: int) -> type:
-    """ctypes.c_float * n, made once per n."""
-    t = _ROW_TYPES.get(n)
-    if t is None:
-        t = _ROW_TYPES[n] = ctypes.c_float * n
-    return t
+    def __init__(self, n_vocab: int) -> None:
+        self._type = ctypes.c_float * n_vocab
+        self._views: dict[int, np.ndarray] = {}
+
+    def __call__(self, address: int) -> np.ndarray:
+        view = self._views.get(address)
+        if view is None:
+            if len(self._views) >= self.MAX:  # (the output buffer moved more than a few times)
+                self._views.clear()
+            view = self._views[address] = np.frombuffer(self._type.from_address(address), dtype=np.float32)
+        return view
 
 
 class Context:
@@ -92,7 +99,12 @@ class Context:
         self.n_batch: int = llama.llama_n_batch(self._ptr)
         self._mem = llama.llama_get_memory(self._ptr)
         self._batch = llama.llama_batch_init(self.n_batch, 0, 1)
-        self._n_vocab = model.n_vocab
+        for i in range(self.n_batch):  # every token of every batch: sequence 0 alone
+            self._batch.n_seq_id[i] = 1
+            self._batch.seq_id[i][0] = 0
+        self._views = RowViews(model.n_vocab)
+        # llama_synchronize after a decode: not where every device is the CPU's (decodes return done)
+        self._sync = not devices.cpu_only()
         self._tokens: list[int] = []  # the ids at KV positions 0..n_past-1
         self._shared = SharedPrefix()  # how much of the last history asked `_tokens` holds
 
@@ -134,19 +146,18 @@ class Context:
         for start in range(0, n, self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             last_chunk = start + self.n_batch >= n
+            n_past, every = self.n_past, logits == "all"
             for i, tok in enumerate(chunk):
                 b.token[i] = tok
-                b.pos[i] = self.n_past + i
-                b.n_seq_id[i] = 1
-                b.seq_id[i][0] = 0
-                b.logits[i] = logits == "all"
+                b.pos[i] = n_past + i
+                b.logits[i] = every
             if logits == "last" and last_chunk:
                 b.logits[len(chunk) - 1] = True
             b.n_tokens = len(chunk)
             with HeldInterrupt():  # llama.cpp may log from inside a decode (see lib)
-                rc = lib.decode(self._ptr, b, wait=wait)
+                rc = lib.decode(self._ptr, b, wait=wait and self._sync)
                 if rc == 0:
-                    self._tokens.extend(int(t) for t in chunk)
+                    self._tokens.extend(map(int, chunk))
             if rc != 0:
                 # whatever part of the chunk reached the cache is dropped: tokens stay what it holds
                 llama.llama_memory_seq_rm(self._mem, 0, self.n_past, -1)
@@ -164,11 +175,10 @@ class Context:
 
         Valid until the next decode. Negative i counts from the last row with logits.
         """
-        with stall.watching():  # waits for the decode's graph (on RPC workers too)
-            ptr = llama.llama_get_logits_ith(self._ptr, i)
-        if not ptr:
+        address = stall.watched(lib.logits_address, self._ptr, i)  # waits for the decode's graph (RPC workers too)
+        if not address:
             raise RuntimeError(f"no logits for batch row {i}")
-        return logits_view(ptr, self._n_vocab)
+        return self._views(address)
 
     def truncate(self, n_keep: int) -> None:
         """Roll the KV cache back to its first n_keep tokens (drop positions >= n_keep)."""

@@ -84,6 +84,13 @@ def _ggml() -> ctypes.CDLL:
     return g
 
 
+def cpu_only() -> bool:
+    """Whether every device llama.cpp has registered is the CPU backend's (no GPU, no RPC worker)."""
+    g = _ggml()
+    return all(g.ggml_backend_reg_name(g.ggml_backend_dev_backend_reg(g.ggml_backend_dev_get(i))) == b"CPU"
+               for i in range(g.ggml_backend_dev_count()))
+
+
 def list_devices() -> tuple[LlamaDevice, ...]:
     """The devices llama.cpp can place layers on, in registry order, with free and total memory."""
     g = _ggml()

@@ -178,14 +178,14 @@ class HeldInterrupt:
 def decode(ctx: Any, batch: Any, *, wait: bool = True) -> int:
     """llama_decode(ctx, batch), on the process's compute thread when one is installed (see
     `compute`); `wait`: then llama_synchronize, so that it returns once the device is done (a GPU
-    backend returns from llama_decode before). Call it under `HeldInterrupt`, with the bookkeeping
-    of its result: the caller then waits for the decode to end whatever Ctrl-C does, and records
-    what reached the cache."""
+    backend returns from llama_decode before; the CPU backend's is a no-op). Call it under
+    `HeldInterrupt`, with the bookkeeping of its result: the caller then waits for the decode to
+    end whatever Ctrl-C does, and records what reached the cache."""
     owner = compute.current()
-    with stall.watching():  # a frozen RPC worker would hold either call forever (see stall)
-        if owner is None:
-            return _decode(ctx, batch, wait)
-        return owner.call(_decode, ctx, batch, wait)
+    # a frozen RPC worker would hold either call forever (see stall)
+    if owner is None:
+        return stall.watched(_decode, ctx, batch, wait)
+    return stall.watched(owner.call, _decode, ctx, batch, wait)
 
 
 def _decode(ctx: Any, batch: Any, wait: bool) -> int:
@@ -193,6 +193,16 @@ def _decode(ctx: Any, batch: Any, wait: bool) -> int:
     if rc == 0 and wait:  # (a no-op on the CPU backend)
         llama.llama_synchronize(ctx)
     return rc
+
+
+def _returning_address(fn: Any, *argtypes: Any) -> Any:
+    """llama_cpp's ctypes function `fn` declared to return a plain address (an int; None for NULL),
+    not a ctypes pointer object to build and take apart."""
+    return ctypes.CFUNCTYPE(ctypes.c_void_p, *argtypes)(ctypes.cast(fn, ctypes.c_void_p).value)
+
+
+#: llama_get_logits_ith(ctx, i) as an address (None: no logits for row i); see context.RowViews
+logits_address = _returning_address(llama.llama_get_logits_ith, ctypes.c_void_p, ctypes.c_int32)
 
 
 def load_model(path: Path, params: Any) -> Any:

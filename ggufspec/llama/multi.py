@@ -33,7 +33,7 @@ import numpy as np
 
 from ggufspec.errors import UserError
 from ggufspec.llama import lib, stall
-from ggufspec.llama.context import context_params, logits_view
+from ggufspec.llama.context import RowViews, context_params
 from ggufspec.llama.lib import HeldInterrupt, llama
 from ggufspec.llama.model import Model
 from ggufspec.loop.batcher import Batcher, Request
@@ -77,7 +77,7 @@ class MultiContext:
         self.n_batch: int = llama.llama_n_batch(self._ptr)
         self._mem = llama.llama_get_memory(self._ptr)
         self._batch = llama.llama_batch_init(self.n_batch, 0, 1)
-        self._n_vocab = model.n_vocab
+        self._views = RowViews(model.n_vocab)
         self.batcher = Batcher(self._run, max_tokens=self.n_batch, max_wait_s=max_wait_s)
         self.views = tuple(SeqView(self, seq) for seq in range(n_seq))
         self.filled = 0  # throwaway tokens that filled a gap between the sequences of a decode
@@ -134,11 +134,11 @@ class MultiContext:
                 rows: dict[int, np.ndarray] = {}
                 for j, want in enumerate(r.payload.rows):
                     if want:
-                        with stall.watching():  # waits for the decode's graph (see stall)
-                            ptr = llama.llama_get_logits_ith(self._ptr, i + j)
-                        if not ptr:
+                        # (waits for the decode's graph, see stall)
+                        address = stall.watched(lib.logits_address, self._ptr, i + j)
+                        if not address:
                             raise RuntimeError(f"no logits for batch row {i + j}")
-                        rows[j] = logits_view(ptr, self._n_vocab).copy()
+                        rows[j] = self._views(address).copy()
                 r.result = rows
                 i += len(r.tokens)
 
