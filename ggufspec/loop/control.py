@@ -45,6 +45,8 @@ from ggufspec.loop.estimates import B_MODEL, Samples
 from ggufspec.loop.extension import Extensions
 from ggufspec.loop.rounds import NONE, Candidate, Choice, Round
 
+_HELD = Choice(None, 0)  # the choice a hold makes
+
 __all__ = ["SYNCED", "ControlSettings", "DraftController"]
 
 
@@ -58,6 +60,7 @@ class DraftController(Extensions):
         self._shared: set[str] = set()  # draft models that import the target's KV cache (last round's candidates)
 
     def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
+        self.replay()
         self._rows, self._switched_by = (0, 0), None  # the prompt's prefill: another shape, no drafter's
         super().begin(prefilled=prefilled, prefill=prefill)
 
@@ -68,40 +71,47 @@ class DraftController(Extensions):
         """This round's drafter and length. `draft_max`: the most tokens this round may draft;
         `allow_none`: False never chooses the target alone while a drafter can propose;
         `remaining`: tokens the generation may still emit (weighs a catch-up against its gain)."""
-        by_key = {self._key(c.name, c.grade): c for c in drafters}
+        lo = max(1, draft_min)
+        keys = [self._key(c.name, c.grade) for c in drafters]
+        caps = self._caps_now(drafters, keys, draft_max=draft_max, lo=lo, remaining=remaining)
+        models = tuple(n for n in caps if n != NONE and not self._drafters[n].free)
+        if self._held(caps, models, lo, allow_none):  # (before anything else: most rounds where nothing pays)
+            return _HELD
+        by_key = dict(zip(keys, drafters))
         keyed = [c if k == c.name else Candidate(k, c.free, c.match_len, c.backlog, c.kv_shared, c.grade)
                  for k, c in by_key.items()]  # (the constructor: dataclasses.replace costs ~3 us a call)
-        ch = self._choose(drafters=keyed, draft_max=draft_max, draft_min=draft_min, allow_none=allow_none,
+        ch = self._choose(drafters=keyed, caps=caps, models=models, lo=lo, allow_none=allow_none,
                           remaining=remaining)
         if ch.drafter is None:
             return ch
         c = by_key[ch.drafter]
         if not c.free:
             return Choice(ch.drafter, ch.draft_len, ch.retry, ch.grade, ch.check, ch.check_len, extend=self.extend)
-        check, check_len = self._check(ch.drafter, keyed, draft_max=draft_max, lo=max(1, draft_min),
-                                       draft_len=ch.draft_len)
+        check, check_len = self._check(ch.drafter, keyed, draft_max=draft_max, lo=lo, draft_len=ch.draft_len)
         return Choice(c.name, ch.draft_len, ch.retry, c.grade, check, check_len, extend=self.extend)
 
-    def _choose(
-        self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int, allow_none: bool,
-        remaining: int | None,
-    ) -> Choice:
-        """`choose` with each candidate named by its source (`_key`)."""
-        lo = max(1, draft_min)
+    def _caps_now(self, drafters: Sequence[Candidate], keys: Sequence[str], *, draft_max: int, lo: int,
+                  remaining: int | None) -> dict[str, int]:
+        """Each source's longest K this round (the target alone's 0), `drafters` named by `keys`;
+        what a source could draft lately (`_caps`) learns it."""
         caps: dict[str, int] = {NONE: 0}
         # the generation's last tokens cap K (draft_max = remaining - 1): a model is judged for
         # the next prompt (its prior, whether it is hopeless) at the K it drafts otherwise
         tail = remaining is not None and draft_max >= remaining - 1
-        for c in drafters:
-            self._model(c.name, c.free)
+        for c, name in zip(drafters, keys):
+            self._model(name, c.free)
             cap = draft_max if c.match_len is None else min(draft_max, c.match_len)
             if cap >= lo:
-                caps[c.name] = cap
-                if not tail or c.name not in self._caps:
-                    self._caps[c.name] = cap
-        models = tuple(n for n in caps if n != NONE and not self._drafters[n].free)
-        if self._held(caps, models, lo, allow_none):
-            return Choice(None, 0)
+                caps[name] = cap
+                if not tail or name not in self._caps:
+                    self._caps[name] = cap
+        return caps
+
+    def _choose(
+        self, *, drafters: Sequence[Candidate], caps: dict[str, int], models: tuple[str, ...], lo: int,
+        allow_none: bool, remaining: int | None,
+    ) -> Choice:
+        """`choose` where no hold covers the round, each candidate named by its source (`_key`)."""
         self._hold = None
         options: dict[str, tuple[int, float | None]] = {}  # source -> (K, modelled rate)
         for name, cap in caps.items():
@@ -165,7 +175,13 @@ class DraftController(Extensions):
     def observe(self, r: Round) -> None:
         """A round ended (`Round`: what ran, what was drafted, kept and emitted, and its seconds).
         `round_s` counts drafting, verify and our Python, not a catch-up; `check_s` is the source's
-        check; an extension's tokens are verify rows, judged where the model's drafts were all kept."""
+        check; an extension's tokens are verify rows, judged where the model's drafts were all kept.
+        A held round's bookkeeping waits for the next read of the estimates (ggufspec.loop.hold)."""
+        if not self._defers(r):
+            self.replay()
+            self._observe(r)
+
+    def _observe(self, r: Round) -> None:
         choice, drafted, accepted, emitted = r.choice, r.drafted, r.accepted, r.emitted
         round_s, draft_s, check_s, free = r.round_s, r.draft_s, r.check_s, r.free
         draft_first_s, draft_calls, extended = r.draft_first_s, r.draft_calls, r.extended

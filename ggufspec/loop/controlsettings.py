@@ -80,11 +80,14 @@ class ControlSettings:
 def per_state(method: Callable[..., T]) -> Callable[..., T]:
     """`method`'s value computed once per state of the estimates: `choose` asks each estimate
     several times a round (at every K of every source), and only `observe` and `begin` change what
-    they are made from (each empties the owner's `_memo`)."""
+    they are made from (each empties the owner's `_memo`). Rounds queued for later are observed
+    first (`CostModel.replay`)."""
     name = method.__name__
 
     @functools.wraps(method)
     def cached(self: Any, *args: object, **kwargs: object) -> T:
+        if self._pending:
+            self.replay()
         # (no argument is a tuple, so the tuple forms of key never meet; no arguments: the name)
         key = (name, args, *kwargs.items()) if kwargs else (name, *args) if args else name
         memo = self._memo

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from ggufspec.loop.controlsettings import U_MODEL, V0, V1, ControlSettings, per_state
 from ggufspec.loop.estimates import DrafterModel, Realized, Samples, fit_line
+from ggufspec.loop.rounds import Round
 
 
 class CostModel:
@@ -56,6 +57,9 @@ class CostModel:
         self._bound = Samples(settings.window)  # verify-and-Python seconds of rounds that drafted
         self._verify: dict[int, Samples] = {}  # K -> verify-and-Python seconds of rounds of K drafts
         self._memo: dict[tuple, object] = {}  # this state's estimates (`per_state`)
+        # rounds not yet observed (a hold's, ggufspec.loop.hold): (round number, round); every
+        # estimate replays them first (`per_state`)
+        self._pending: list[tuple[int, Round]] = []
         if not timed:
             self._base.add(0, 1.0)  # counted: a round of the target alone is the unit, no calibration
         self._sources: dict[str, Realized] = {}
@@ -70,6 +74,18 @@ class CostModel:
         self._run_lengths: dict[str, Samples] = {}
         self._run: tuple[str | None, int] = (None, 0)
         self._drafters: dict[str, DrafterModel] = {}
+
+    def replay(self) -> None:
+        """Observe the rounds queued for later, in order, each at its own round number."""
+        pending, self._pending = self._pending, []
+        if pending:
+            now = self.round
+            for self.round, r in pending:
+                self._observe(r)
+            assert self.round == now, (self.round, now)
+
+    def _observe(self, r: Round) -> None:
+        raise NotImplementedError  # ggufspec.loop.control.DraftController
 
     def _fresh(self) -> int:
         """Rounds within which a timing sample is fresh."""

@@ -131,6 +131,7 @@ class Exploration(CatchUp):
     def wants(self, name: str, *, backlog: int | None = None, remaining: int | None = None) -> bool:
         """Should draft model `name` be prefilled with a new prompt (module docstring)? `backlog`:
         the prompt tokens it lacks; `remaining`: the tokens the generation may emit."""
+        self.replay()
         s = self._sources.get(name)
         if s is None or s.last is None:
             return True

@@ -9,7 +9,11 @@ Rule `hold`: where the estimates chose the target alone by a clear margin, its r
   `Exploration._interval` rounds after it last ran);
 and a new generation (`begin`) or a recalibration of a ends it. The estimates still learn from
 every round (`observe`); only the pricing is skipped. Where nothing pays, pricing every source
-every round was most of our Python a round (docs/bench/overhead.md). Holding a draft model's
+every round was most of our Python a round (docs/bench/overhead.md). A held round's bookkeeping
+waits until something reads the estimates (the next priced round, `begin`, `wants`, any estimate)
+and is then replayed in order, each round at its own round number: the same state, reached in
+one warm pass (after a decode our Python runs cache-cold, so a round's bookkeeping on its own
+cost ~26 us more a round on the real Q8_0 no-pay pair). Holding a draft model's
 choice too was tried twice: a prompt on which its drafts are rejected must be left within a few
 rounds, catch-ups priced every round, and a free drafter's grades re-priced every round they
 propose (its estimate moves with every round scored), so it needed as many exceptions as it
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 
 from ggufspec.loop.controlsettings import ControlSettings
 from ggufspec.loop.exploration import Exploration
-from ggufspec.loop.rounds import NONE
+from ggufspec.loop.rounds import NONE, Round
 
 
 @dataclass(frozen=True)
@@ -47,18 +51,33 @@ class Hold(Exploration):
         self._recheck = False  # a is suspect: measure the target alone again (ends a hold)
         self._hold: Held | None = None
         self._rated: dict[str, float] = {}  # each source's estimate when last priced (a free drafter's by grade)
+        self._held_at = -1  # the round whose choice a hold made
 
     def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
         self._hold = None  # a new prompt: its openings and candidates decide afresh
         super().begin(prefilled=prefilled, prefill=prefill)
 
     def _held(self, caps: Mapping[str, int], models: tuple[str, ...], lo: int, allow_none: bool) -> bool:
-        """Does a hold cover this round (module docstring)?"""
+        """Does a hold cover this round (module docstring)? If not, the held rounds are observed now."""
         h = self._hold
-        if h is None or self.round > h.until or (h.models, h.lo, h.allow_none) != (models, lo, allow_none) or self._recheck:
+        if (h is None or self.round > h.until or (h.models, h.lo, h.allow_none) != (models, lo, allow_none)
+                or self._recheck):
+            self.replay()
             return False
         bar = h.rate / (1.0 + self.settings.hold_margin)
-        return all(n == NONE or n in models or self._rated.get(n, math.inf) <= bar for n in caps)
+        if all(n == NONE or n in models or self._rated.get(n, math.inf) <= bar for n in caps):
+            self._held_at = self.round
+            return True
+        self.replay()
+        return False
+
+    def _defers(self, r: Round) -> bool:
+        """Is `r` a held round, its bookkeeping for later (module docstring)? Then it is queued."""
+        if self._held_at != self.round or r.drafted or r.choice is None or r.choice.retry:
+            return False
+        self._pending.append((self.round, r))
+        self.round += 1
+        return True
 
     def _hold_none(self, rates: Mapping[str, float], models: tuple[str, ...], lo: int, allow_none: bool) -> None:
         """The estimates chose the target alone among the sources of `rates`: hold it if it won
