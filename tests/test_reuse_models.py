@@ -156,3 +156,37 @@ def test_default_pair_three_turn_conversation_reuses_and_matches_a_fresh_pair() 
     # the lookup run started on the caches the first conversation left: turn 1 reused its prompt
     assert looked[0].stats.cached_tokens == looked[0].stats.prompt_tokens - 1
     assert sum(g.stats.drafted for g in warm) > 0
+
+
+def test_a_logits_row_read_is_the_rows_values_whichever_view_it_reuses(tiny_target_q8) -> None:
+    # a row's numpy view is kept per row address (llama.context.RowViews): after later decodes of
+    # other shapes each row read must still be that row, as a fresh pointer read gives it
+    import ctypes
+
+    from ggufspec.llama.context import Context, RowViews
+    from ggufspec.llama.devices import cpu_only
+    from ggufspec.llama.lib import llama
+    from ggufspec.llama.model import Model
+
+    assert cpu_only()  # (no GPU, no RPC worker here: decodes run without llama_synchronize)
+    model = Model(tiny_target_q8)
+    settings = ContextSettings(n_ctx=256, n_batch=16, n_ubatch=16, cache_type_k="f16", cache_type_v="f16",
+                               n_threads=1)
+    ctx = Context(model, settings=settings)
+    try:
+        toks = model.tokenize("The quick brown fox jumps over the lazy dog, again and again. " * 2)
+        for n, mode in ((1, "last"), (5, "all"), (1, "last"), (9, "all"), (3, "all")):
+            ctx.decode(toks[ctx.n_past:ctx.n_past + n], logits=mode)
+            for i in range(n if mode == "all" else 1):
+                ptr = llama.llama_get_logits_ith(ctx._ptr, i if mode == "all" else -1)
+                fresh = np.ctypeslib.as_array(ptr, shape=(model.n_vocab,)).copy()
+                assert np.array_equal(ctx.logits(i if mode == "all" else -1), fresh)
+        assert ctx.logits(0) is ctx.logits(0)  # one view per row, kept
+    finally:
+        ctx.close(), model.close()
+    views = RowViews(4, keep=2)
+    rows = (ctypes.c_float * 8)(*range(8))
+    first = views(ctypes.addressof(rows))
+    assert views(ctypes.addressof(rows)) is first and list(views(ctypes.addressof(rows) + 16)) == [4, 5, 6, 7]
+    views(ctypes.addressof(rows) + 4)  # a third address: the kept views are dropped first
+    assert views(ctypes.addressof(rows)) is not first and list(views(ctypes.addressof(rows))) == [0, 1, 2, 3]

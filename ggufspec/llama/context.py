@@ -60,18 +60,18 @@ class RowViews:
     2-core EPYC, Q8_0 SmolLM2). A kept view is handed out only for an address llama.cpp has just
     returned as a row's, so its memory is that row's (valid until the next decode, as any view)."""
 
-    __slots__ = ("_type", "_views")
+    __slots__ = ("_type", "_views", "_keep")
 
-    MAX = 4096  # views kept (a context's rows are at most n_batch addresses per output buffer)
-
-    def __init__(self, n_vocab: int) -> None:
+    def __init__(self, n_vocab: int, *, keep: int = 4096) -> None:
         self._type = ctypes.c_float * n_vocab
         self._views: dict[int, np.ndarray] = {}
+        # views kept at most (a context's rows are at most n_batch addresses per output buffer)
+        self._keep = keep
 
     def __call__(self, address: int) -> np.ndarray:
         view = self._views.get(address)
         if view is None:
-            if len(self._views) >= self.MAX:  # (the output buffer moved more than a few times)
+            if len(self._views) >= self._keep:  # (the output buffer moved more than a few times)
                 self._views.clear()
             view = self._views[address] = np.frombuffer(self._type.from_address(address), dtype=np.float32)
         return view
