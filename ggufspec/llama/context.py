@@ -102,7 +102,7 @@ class Context:
         for i in range(self.n_batch):  # every token of every batch: sequence 0 alone
             self._batch.n_seq_id[i] = 1
             self._batch.seq_id[i][0] = 0
-        self._views = RowViews(model.n_vocab)
+        self._row_views = RowViews(model.n_vocab)
         # llama_synchronize after a decode: not where every device is the CPU's (decodes return done)
         self._sync = not devices.cpu_only()
         self._tokens: list[int] = []  # the ids at KV positions 0..n_past-1
@@ -178,7 +178,7 @@ class Context:
         address = stall.watched(lib.logits_address, self._ptr, i)  # waits for the decode's graph (RPC workers too)
         if not address:
             raise RuntimeError(f"no logits for batch row {i}")
-        return self._views(address)
+        return self._row_views(address)
 
     def truncate(self, n_keep: int) -> None:
         """Roll the KV cache back to its first n_keep tokens (drop positions >= n_keep)."""

@@ -77,7 +77,7 @@ class MultiContext:
         self.n_batch: int = llama.llama_n_batch(self._ptr)
         self._mem = llama.llama_get_memory(self._ptr)
         self._batch = llama.llama_batch_init(self.n_batch, 0, 1)
-        self._views = RowViews(model.n_vocab)
+        self._row_views = RowViews(model.n_vocab)
         self.batcher = Batcher(self._run, max_tokens=self.n_batch, max_wait_s=max_wait_s)
         self.views = tuple(SeqView(self, seq) for seq in range(n_seq))
         self.filled = 0  # throwaway tokens that filled a gap between the sequences of a decode
@@ -138,7 +138,7 @@ class MultiContext:
                         address = stall.watched(lib.logits_address, self._ptr, i + j)
                         if not address:
                             raise RuntimeError(f"no logits for batch row {i + j}")
-                        rows[j] = self._views(address).copy()
+                        rows[j] = self._row_views(address).copy()
                 r.result = rows
                 i += len(r.tokens)
 
