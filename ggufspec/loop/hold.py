@@ -12,10 +12,9 @@ every round (`observe`); only the pricing is skipped. Where nothing pays, pricin
 every round was most of our Python a round (docs/bench/overhead.md). A held round's bookkeeping
 waits until something reads the estimates (the next priced round, `begin`, `wants`, any estimate)
 and is then replayed in order, each round at its own round number: the same state, reached in
-one warm pass (after a decode our Python runs cache-cold, so a round's bookkeeping on its own
-cost ~26 us more a round on the real Q8_0 no-pay pair). Holding a draft model's
-choice too was tried twice: a prompt on which its drafts are rejected must be left within a few
-rounds, catch-ups priced every round, and a free drafter's grades re-priced every round they
+one warm pass (after a decode our Python runs cache-cold: docs/bench/overhead.md, last section).
+Holding a draft model's choice too was tried twice: a prompt on which its drafts are rejected must
+be left within a few rounds, catch-ups priced every round, and a free drafter's grades re-priced every round they
 propose (its estimate moves with every round scored), so it needed as many exceptions as it
 saved; not kept (docs/bench/controller.md, rule `hold_model`).
 """
