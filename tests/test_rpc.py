@@ -114,6 +114,17 @@ def test_devices_lists_workers(workers: str) -> None:
     assert devs[-1]["kind"] == "cpu"
 
 
+def test_a_worker_makes_decodes_wait_for_the_device(workers: str) -> None:
+    # llama_synchronize after each decode is skipped only where every device is the CPU's
+    # (devices.cpu_only); a registered RPC worker brings it back
+    code = ("from ggufspec.llama import devices; from ggufspec.rpc import parse_endpoints; "
+            "before = devices.cpu_only(); devices.add_workers(tuple(parse_endpoints(%r))); "
+            "print(before, devices.cpu_only())" % workers)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "False"]
+
+
 def test_split_over_two_workers_is_greedy_identical_to_local(workers: str, tiny_target: Path, tiny_draft: Path) -> None:
     common = ("run", "--target", str(tiny_target), "--draft", str(tiny_draft), "-p", "Once upon a time", "-n", "40",
               "--json")
