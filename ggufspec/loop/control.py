@@ -77,6 +77,7 @@ class DraftController(Extensions):
         models = tuple(n for n in caps if n != NONE and not self._drafters[n].free)
         if self._held(caps, models, lo, allow_none):  # (before anything else: most rounds where nothing pays)
             return _HELD
+        self.replay()  # a priced round: the held rounds' bookkeeping first
         by_key = dict(zip(keys, drafters))
         keyed = [c if k == c.name else Candidate(k, c.free, c.match_len, c.backlog, c.kv_shared, c.grade)
                  for k, c in by_key.items()]  # (the constructor: dataclasses.replace costs ~3 us a call)

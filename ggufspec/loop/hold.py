@@ -14,9 +14,9 @@ waits until something reads the estimates (the next priced round, `begin`, `want
 and is then replayed in order, each round at its own round number: the same state, reached in
 one warm pass (after a decode our Python runs cache-cold: docs/bench/overhead.md, last section).
 Holding a draft model's choice too was tried twice: a prompt on which its drafts are rejected must
-be left within a few rounds, catch-ups priced every round, and a free drafter's grades re-priced every round they
-propose (its estimate moves with every round scored), so it needed as many exceptions as it
-saved; not kept (docs/bench/controller.md, rule `hold_model`).
+be left within a few rounds, catch-ups priced every round, and a free drafter's grades re-priced
+every round they propose (its estimate moves with every round scored), so it needed as many
+exceptions as it saved; not kept (docs/bench/controller.md, rule `hold_model`).
 """
 
 from __future__ import annotations
@@ -57,18 +57,15 @@ class Hold(Exploration):
         super().begin(prefilled=prefilled, prefill=prefill)
 
     def _held(self, caps: Mapping[str, int], models: tuple[str, ...], lo: int, allow_none: bool) -> bool:
-        """Does a hold cover this round (module docstring)? If not, the held rounds are observed now."""
+        """Does a hold cover this round (module docstring)? If so, its round is marked held (`_defers`)."""
         h = self._hold
-        if (h is None or self.round > h.until or (h.models, h.lo, h.allow_none) != (models, lo, allow_none)
-                or self._recheck):
-            self.replay()
+        if h is None or self.round > h.until or (h.models, h.lo, h.allow_none) != (models, lo, allow_none) or self._recheck:
             return False
         bar = h.rate / (1.0 + self.settings.hold_margin)
-        if all(n == NONE or n in models or self._rated.get(n, math.inf) <= bar for n in caps):
-            self._held_at = self.round
-            return True
-        self.replay()
-        return False
+        if not all(n == NONE or n in models or self._rated.get(n, math.inf) <= bar for n in caps):
+            return False
+        self._held_at = self.round
+        return True
 
     def _defers(self, r: Round) -> bool:
         """Is `r` a held round, its bookkeeping for later (module docstring)? Then it is queued."""
