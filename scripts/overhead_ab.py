@@ -58,10 +58,10 @@ def renamed_copy(base: Path, into: Path) -> None:
             p.write_text(s2)
 
 
-def load_overhead(script: Path, package: str) -> types.ModuleType:
-    """scripts/overhead.py of one checkout, its imports pointed at `package`."""
+def load_script(script: Path, package: str) -> types.ModuleType:
+    """A script of one checkout (scripts/overhead.py, scripts/coldstart.py), its imports pointed at `package`."""
     text = script.read_text().replace("from ggufspec.", f"from {package}.")
-    m = types.ModuleType(f"overhead_{package}")
+    m = types.ModuleType(f"{script.stem}_{package}")
     m.__file__ = str(script)
     sys.modules[m.__name__] = m
     exec(compile(text, str(script), "exec"), m.__dict__)  # noqa: S102 (our own script)
@@ -114,9 +114,9 @@ def main() -> None:
         renamed_copy(args.base.resolve(), tmp)
         sys.path[:0] = [str(tmp), str(HERE)]
         sides = {
-            "base": Side("ggufspec_base", load_overhead(args.base / "scripts" / "overhead.py", "ggufspec_base"),
+            "base": Side("ggufspec_base", load_script(args.base / "scripts" / "overhead.py", "ggufspec_base"),
                          args.mode, args.prompt_len, parts=not args.no_parts),
-            "this": Side("ggufspec", load_overhead(HERE / "scripts" / "overhead.py", "ggufspec"), args.mode,
+            "this": Side("ggufspec", load_script(HERE / "scripts" / "overhead.py", "ggufspec"), args.mode,
                          args.prompt_len, parts=not args.no_parts),
         }
         clocks = [importlib.import_module(f"{p}.loop.clock") for p in ("ggufspec_base", "ggufspec")]

@@ -24,25 +24,14 @@ import statistics as st
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(HERE), str(HERE / "scripts")]
 
-from overhead_ab import renamed_copy  # noqa: E402
+from overhead_ab import load_script, renamed_copy  # noqa: E402
 
 ARMS = {"default": lambda d: True, "alone": lambda d: False, "lookup": lambda d: d.free, "model": lambda d: not d.free}
-
-
-def _coldstart(root: Path, package: str) -> types.ModuleType:
-    """`root`/scripts/coldstart.py loaded against `package`."""
-    script = root / "scripts" / "coldstart.py"
-    module = types.ModuleType(f"coldstart_{package}")
-    module.__file__ = str(script)
-    sys.modules[module.__name__] = module
-    exec(compile(script.read_text().replace("from ggufspec.", f"from {package}."), str(script), "exec"), module.__dict__)
-    return module
 
 
 def main() -> None:
@@ -73,7 +62,7 @@ def main() -> None:
     llama_cpp.llama_decode = timed
     sides = {}
     for name, package, root in (("base", "ggufspec_base", args.base), ("this", "ggufspec", HERE)):
-        _, prompts, run = _coldstart(root, package).regime_run(args.regime, "tuned", 4)
+        _, prompts, run = load_script(root / "scripts" / "coldstart.py", package).regime_run(args.regime, "tuned", 4)
         controller = importlib.import_module(f"{package}.loop.control").DraftController
         length = importlib.import_module(f"{package}.loop.speculation").DraftLengthSettings()
         sides[name] = (prompts, run, controller() if args.arm != "alone" else None, length)
