@@ -483,6 +483,7 @@ class TraceDrafter:
 
     name = MODEL
     free = False
+    grades = ()
     kv_shared = True
 
     def __init__(self, r: Replayed, sim: ReplayClock, costs: Costs) -> None:

@@ -218,6 +218,7 @@ class ScriptedDrafter:
 
     name = "scripted"
     free = False
+    grades = ()
     kv_shared = False
 
     def __init__(self, lm, wrong_at: Sequence[int | None]) -> None:
@@ -772,3 +773,85 @@ def test_the_one_row_draft_and_the_switch_rule_are_for_cuda_graphs(monkeypatch: 
     assert not pairload.runs_on_graphs(off, [dev("CUDA0", "gpu")])
     assert not pairload.runs_on_graphs(on, [dev("Metal", "gpu"), dev("Vulkan0", "gpu"), dev("RPC0", "rpc")])
     assert pairload.draft_one_row(on, [dev("CUDA0", "gpu")]) and not pairload.draft_one_row(on, [dev("Metal", "gpu")])
+
+
+# ---- held rounds: the free drafters asked later (ggufspec.loop.late) ----------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=hst.lists(hst.integers(0, 4), min_size=3, max_size=90),
+       steps=hst.lists(hst.tuples(hst.integers(1, 9), hst.booleans(), hst.integers(1, 6)), min_size=1, max_size=14))
+def test_proposals_asked_late_are_the_ones_asked_on_time(tokens: list[int], steps: list[tuple[int, bool, int]]) -> None:
+    # rounds asked on time and rounds kept for later, mixed, over one growing history: each late
+    # proposal is the one a drafter that indexed its round's history afresh makes, scored against
+    # the token emitted after it; reading one score settles every round kept before it
+    from ggufspec.loop.late import FreeView
+
+    view = FreeView([LookupDrafter()], lambda d, h, n: d.propose(h, draft_len=n))
+    history, late = tokens[:2], []
+    for grow, on_time, draft_len in steps:
+        if len(history) >= len(tokens):
+            break
+        token = tokens[len(history)]
+        if on_time:
+            p = view.drafters[0].propose(view(history), draft_len=draft_len)
+            assert (p.tokens, p.grade) == _proposals_from_scratch(history, draft_len)
+        else:
+            late.append((view.later(history, draft_len=draft_len, token=token), list(history), draft_len, token))
+        history.extend(tokens[len(history):len(history) + grow])
+    view.settle()
+    for scores, seen, draft_len, token in late:
+        want, grade = _proposals_from_scratch(seen, draft_len)
+        got = scores["lookup"]
+        assert (got.proposed, got.grade) == (len(want), grade)
+        assert got.matched == (1 if want[:1] == (token,) else 0)
+
+
+class _ToldRounds(DraftController):
+    """The default controller, keeping each round it is told of (read after the generations)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.told: list[Round] = []
+
+    def observe(self, r: Round) -> None:
+        self.told.append(r)
+        super().observe(r)
+
+
+class _AskedEveryRound(LookupDrafter):
+    """Lookup declaring a grade it never proposes: no hold stands whatever it would propose, so it
+    is asked every round (the runner's way before ggufspec.loop.late)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grades = (*self.grades, 99)
+
+
+def test_held_rounds_ask_lookup_later_and_the_controller_learns_what_it_would_have_on_time(
+        fake_clock: FakeClock) -> None:
+    # where nothing pays the target alone is held and lookup is asked after the rounds, not in
+    # them: the same tokens, the same choice and the same lookup scores round after round, and the
+    # same estimates, as a runner that asks lookup every round
+    from ggufspec.loop.late import LateScores
+
+    def run(lookup: LookupDrafter) -> tuple[list, list, list, int]:
+        fake_clock.t = 0.0
+        target, draft = pair(seed=1, noise=1.2, fake_clock=fake_clock, draft_cost=0.010)
+        target.t_row = 0.02  # compute-bound, each verify row dear: no lookup grade pays for long
+        ctl, drafters, tokens = _ToldRounds(), [ModelDrafter(draft), lookup], []
+        for prompt in ([1, 2, 3, 1, 2], [3, 4, 5, 3, 4], [6, 7, 6, 7], [2, 1, 2]):
+            tokens.append(generate(target=target, prompt=prompt, drafters=drafters, max_tokens=150,
+                                   controller=ctl).run().tokens)
+        late = sum(isinstance(r.scored, LateScores) for r in ctl.told)
+        told = [(r.choice, r.drafted, r.accepted, r.emitted, r.paused, dict(r.scored)) for r in ctl.told]
+        state = [ctl.base_s(), ctl.verify_s(4), ctl.round, ctl.prefix_accept("lookup#1", 4),
+                 ctl.prefix_accept("lookup#2", 4), ctl.throughput("none", None), ctl.throughput("model", None)]
+        return tokens, told, state, late
+
+    tokens, told, state, late = run(LookupDrafter())
+    tokens_now, told_now, state_now, none_late = run(_AskedEveryRound())
+    assert tokens == tokens_now
+    assert told == told_now
+    assert state == state_now
+    assert none_late == 0 and late > 0.5 * len(told), (late, len(told))

@@ -43,9 +43,8 @@ from typing import Mapping, Sequence
 from ggufspec.loop.controlsettings import HORIZON, SYNCED, V0, V1, ControlSettings
 from ggufspec.loop.estimates import B_MODEL, Samples
 from ggufspec.loop.extension import Extensions
+from ggufspec.loop.hold import HELD
 from ggufspec.loop.rounds import NONE, Candidate, Choice, Round
-
-_HELD = Choice(None, 0)  # the choice a hold makes
 
 __all__ = ["SYNCED", "ControlSettings", "DraftController"]
 
@@ -72,11 +71,9 @@ class DraftController(Extensions):
         `allow_none`: False never chooses the target alone while a drafter can propose;
         `remaining`: tokens the generation may still emit (weighs a catch-up against its gain)."""
         lo = max(1, draft_min)
-        keys = [self._key(c.name, c.grade) for c in drafters]
-        caps = self._caps_now(drafters, keys, draft_max=draft_max, lo=lo, remaining=remaining)
-        models = tuple(n for n in caps if n != NONE and not self._drafters[n].free)
+        caps, keys, models = self._caps_now(drafters, draft_max=draft_max, lo=lo, remaining=remaining)
         if self._held(caps, models, lo, allow_none):  # (before anything else: most rounds where nothing pays)
-            return _HELD
+            return HELD
         self.replay()  # a priced round: the held rounds' bookkeeping first
         by_key = dict(zip(keys, drafters))
         keyed = [c if k == c.name else Candidate(k, c.free, c.match_len, c.backlog, c.kv_shared, c.grade)
@@ -90,23 +87,6 @@ class DraftController(Extensions):
             return Choice(ch.drafter, ch.draft_len, ch.retry, ch.grade, ch.check, ch.check_len, extend=self.extend)
         check, check_len = self._check(ch.drafter, keyed, draft_max=draft_max, lo=lo, draft_len=ch.draft_len)
         return Choice(c.name, ch.draft_len, ch.retry, c.grade, check, check_len, extend=self.extend)
-
-    def _caps_now(self, drafters: Sequence[Candidate], keys: Sequence[str], *, draft_max: int, lo: int,
-                  remaining: int | None) -> dict[str, int]:
-        """Each source's longest K this round (the target alone's 0), `drafters` named by `keys`;
-        what a source could draft lately (`_caps`) learns it."""
-        caps: dict[str, int] = {NONE: 0}
-        # the generation's last tokens cap K (draft_max = remaining - 1): a model is judged for
-        # the next prompt (its prior, whether it is hopeless) at the K it drafts otherwise
-        tail = remaining is not None and draft_max >= remaining - 1
-        for c, name in zip(drafters, keys):
-            self._model(name, c.free)
-            cap = draft_max if c.match_len is None else min(draft_max, c.match_len)
-            if cap >= lo:
-                caps[name] = cap
-                if not tail or name not in self._caps:
-                    self._caps[name] = cap
-        return caps
 
     def _choose(
         self, *, drafters: Sequence[Candidate], caps: dict[str, int], models: tuple[str, ...], lo: int,

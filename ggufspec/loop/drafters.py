@@ -47,6 +47,7 @@ class Drafter(Protocol):
     name: str  # shown in -v and in `RunStats.drafter_rounds`; distinct among a generation's drafters
     free: bool
     kv_shared: bool
+    grades: tuple[int, ...]  # a free drafter's: the grades its proposals may have (`Draft.grade`); a model's: ()
 
     def prefill(self, prompt: Sequence[int]) -> float:
         """Prepare for a new sequence; returns seconds spent decoding."""

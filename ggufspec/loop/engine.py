@@ -208,6 +208,7 @@ def _steps(
         stop_reason = "cancelled"
         raise
     finally:
+        runner.settle()
         # stats are final whichever way the loop ended (exhausted, stopped, or closed)
         gen.stats = tally.stats(prompt_tokens=len(prompt), cached_tokens=cached, generated_tokens=generated,
                                 prompt_s=t_first - t_start, gen_s=clock.now() - t_first, stop_reason=stop_reason)

@@ -13,6 +13,9 @@ every round was most of our Python a round (docs/bench/overhead.md). A held roun
 waits until something reads the estimates (the next priced round, `begin`, `wants`, any estimate)
 and is then replayed in order, each round at its own round number: the same state, reached in
 one warm pass (after a decode our Python runs cache-cold: docs/bench/overhead.md, last section).
+A runner may ask `held` before it counts the draft models' backlogs, and before it asks the free
+drafters where it names the grades their proposals may have: a round held whatever they would
+propose (every grade's estimate under the bar) has them asked after it (ggufspec.loop.late).
 Holding a draft model's choice too was tried twice: a prompt on which its drafts are rejected must
 be left within a few rounds, catch-ups priced every round, and a free drafter's grades re-priced
 every round they propose (its estimate moves with every round scored), so it needed as many
@@ -27,7 +30,9 @@ from dataclasses import dataclass
 
 from ggufspec.loop.controlsettings import ControlSettings
 from ggufspec.loop.exploration import Exploration
-from ggufspec.loop.rounds import NONE, Round
+from ggufspec.loop.rounds import NONE, Candidate, Choice, Round
+
+HELD = Choice(None, 0)  # the choice a hold makes
 
 
 @dataclass(frozen=True)
@@ -51,19 +56,69 @@ class Hold(Exploration):
         self._hold: Held | None = None
         self._rated: dict[str, float] = {}  # each source's estimate when last priced (a free drafter's by grade)
         self._held_at = -1  # the round whose choice a hold made
+        self._grade_keys: dict[tuple[str, Sequence[int]], dict[str, int]] = {}  # (`held`: each grade's source)
 
     def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
         self._hold = None  # a new prompt: its openings and candidates decide afresh
         super().begin(prefilled=prefilled, prefill=prefill)
 
+    def held(
+        self, *, drafters: Sequence[Candidate], grades: Mapping[str, Sequence[int]] | None = None, draft_max: int,
+        draft_min: int = 0, allow_none: bool = True, remaining: int | None = None,
+    ) -> Choice | None:
+        """The choice a hold makes this round (module docstring), or None: the round is priced
+        (`choose`, which holds the same way). Reads no draft model's `backlog`, so a runner may ask
+        before it counts them (a walk over the history, cache-cold after a decode). `grades`: free
+        drafters not asked yet (not among `drafters`), each with the grades its proposals may have:
+        held only where the round would be whatever they propose (ggufspec.loop.late)."""
+        if not self._holding():  # (the candidates' caps are learnt where the round is priced)
+            return None
+        lo = max(1, draft_min)
+        caps, _, models = self._caps_now(drafters, draft_max=draft_max, lo=lo, remaining=remaining)
+        for name, gs in (grades or {}).items():  # each grade's source, as if it proposed (its K: any)
+            keys = self._grade_keys.get((name, gs))
+            if keys is None:
+                keys = self._grade_keys[(name, gs)] = dict.fromkeys((self._key(name, g) for g in gs), lo)
+            caps.update(keys)
+        return HELD if self._held(caps, models, lo, allow_none) else None
+
+    def _caps_now(self, drafters: Sequence[Candidate], *, draft_max: int, lo: int,
+                  remaining: int | None) -> tuple[dict[str, int], list[str], tuple[str, ...]]:
+        """(caps, keys, models): each source's longest K this round (the target alone's 0), each
+        candidate's source (`_key`), and the draft models among the sources; what a source could
+        draft lately (`_caps`) learns it."""
+        caps: dict[str, int] = {NONE: 0}
+        keys, models = [], []
+        # the generation's last tokens cap K (draft_max = remaining - 1): a model is judged for
+        # the next prompt (its prior, whether it is hopeless) at the K it drafts otherwise
+        tail = remaining is not None and draft_max >= remaining - 1
+        for c in drafters:
+            name = self._key(c.name, c.grade)
+            keys.append(name)
+            self._model(name, c.free)
+            cap = draft_max if c.match_len is None else min(draft_max, c.match_len)
+            if cap >= lo:
+                caps[name] = cap
+                if not c.free:
+                    models.append(name)
+                if not tail or name not in self._caps:
+                    self._caps[name] = cap
+        return caps, keys, tuple(models)
+
+    def _holding(self) -> bool:
+        """Is a hold on, whatever this round's candidates (`_held` decides)?"""
+        h = self._hold
+        return h is not None and self.round <= h.until and not self._recheck
+
     def _held(self, caps: Mapping[str, int], models: tuple[str, ...], lo: int, allow_none: bool) -> bool:
         """Does a hold cover this round (module docstring)? If so, its round is marked held (`_defers`)."""
         h = self._hold
-        if h is None or self.round > h.until or (h.models, h.lo, h.allow_none) != (models, lo, allow_none) or self._recheck:
+        if h is None or not self._holding() or (h.models, h.lo, h.allow_none) != (models, lo, allow_none):
             return False
-        bar = h.rate / (1.0 + self.settings.hold_margin)
-        if not all(n == NONE or n in models or self._rated.get(n, math.inf) <= bar for n in caps):
-            return False
+        bar, rated = h.rate / (1.0 + self.settings.hold_margin), self._rated
+        for n in caps:
+            if n != NONE and n not in models and rated.get(n, math.inf) > bar:
+                return False
         self._held_at = self.round
         return True
 

@@ -28,6 +28,7 @@ class LookupDrafter:
     def __init__(self, settings: LookupSettings = LookupSettings()) -> None:
         self.ngram_max = settings.ngram_max
         self.ngram_min = settings.ngram_min
+        self.grades = tuple(range(self.ngram_min, self.ngram_max + 1))  # a proposal's grade: its n-gram's length
         self._index: dict[tuple[int, ...], int] = {}  # n-gram -> end position of its latest occurrence
         self._indexed = 0  # history[:self._indexed] has its n-grams in the index
         self._history: list[int] = []

@@ -47,6 +47,7 @@ class ModelDrafter:
     """
 
     free = False
+    grades = ()
 
     def __init__(self, context: Target, *, name: str = "model", kv_source: KVSource | None = None,
                  one_row: bool = False) -> None:

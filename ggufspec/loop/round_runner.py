@@ -25,6 +25,7 @@ from ggufspec.loop import clock
 from ggufspec.loop.acceptance import AcceptRule, Verdict, accept_greedy, accept_match, accept_rejection
 from ggufspec.loop.control import DraftController
 from ggufspec.loop.drafters import Draft, Drafter, common_prefix
+from ggufspec.loop.late import FreeView
 from ggufspec.loop.rounds import Candidate, Choice, Round, Scored, Source
 from ggufspec.loop.sampling import SamplingSettings, probabilities, sample
 from ggufspec.loop.speculation import SpeculativeSettings
@@ -63,18 +64,22 @@ def pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generato
     return sample(probabilities(logits, sampling), rng)
 
 
-@dataclass
+_NO_DRAFT = Draft((), ())
+
+
+@dataclass(slots=True)
 class _Drafted:
     """What a round drafted, on its way to the verify."""
 
     choice: Choice | None = None  # None: nothing drafted and no controller asked
     proposals: dict[str, Draft] = field(default_factory=dict)  # free drafters' proposals, asked before the choice
-    draft: Draft = field(default_factory=lambda: Draft((), ()))  # the chosen drafter's (timings included)
+    draft: Draft = _NO_DRAFT  # the chosen drafter's (timings included)
     tokens: tuple[int, ...] = ()  # to verify: the draft, then a free drafter's continuation
     q_rows: tuple = ()
     ext_by: str | None = None  # the free drafter whose continuation was appended
     ext_grade: int = 0
     ext_n: int = 0
+    late: int = 0  # a held round's draft_max: its free drafters asked later (ggufspec.loop.late)
     check_s: float = 0.0
     paused: bool = False
     checked: bool = False
@@ -91,6 +96,13 @@ class RoundRunner:
     ) -> None:
         self.target, self.drafters, self.controller = target, tuple(drafters), controller
         self.by_name = {d.name: d for d in self.drafters}
+        # each draft model as a candidate before its backlog is counted (what `DraftController.held` reads)
+        self._uncounted = {d.name: Candidate(d.name, kv_shared=d.kv_shared) for d in self.drafters if not d.free}
+        self._models = tuple(self._uncounted.values())
+        self._free = FreeView(self.drafters, self._propose)
+        # the grades of the free drafters' proposals, for a hold that stands whatever they propose;
+        # only with a draft model among the candidates (a round held is then paused, proposal or not)
+        self._grades = {d.name: d.grades for d in self._free.drafters} if self._uncounted else None
         self.sampling, self.speculative, self.rule, self.rng = sampling, speculative, rule, rng
         self.lengths = speculative.length
         self.drafting = drafting
@@ -103,6 +115,10 @@ class RoundRunner:
         """Draft positions a round may verify: draft_max, and a free drafter's continuation."""
         extendable = self.controller is not None and any(d.free for d in self.drafters)
         return self.lengths.draft_max + (self.lengths.draft_extend if extendable else 0)
+
+    def settle(self) -> None:
+        """The generation ends: ask the free drafters what the rounds kept for later would have had them propose."""
+        self._free.settle()
 
     def _propose(self, d: Drafter, history: Sequence[int], draft_len: int) -> Draft:
         return d.propose(history, draft_len=draft_len, draft_p_min=self.lengths.draft_p_min, sampled=self.sampled,
@@ -127,8 +143,11 @@ class RoundRunner:
         n = verdict.n_accepted
         emitted = [*r.tokens[:n], verdict.token]
         choice, d = r.choice, r.draft
-        scored = {name: Scored(len(p.tokens), common_prefix(p.tokens, emitted), p.grade)
-                  for name, p in r.proposals.items() if choice is None or name != choice.drafter}
+        if r.late:
+            scored = self._free.later(history, draft_len=r.late, token=verdict.token)
+        else:
+            scored = {name: Scored(len(p.tokens), common_prefix(p.tokens, emitted), p.grade)
+                      for name, p in r.proposals.items() if choice is None or name != choice.drafter}
         record = Round(
             choice=choice, drafted=kd, accepted=n, emitted=len(emitted),
             round_s=clock.now() - t_round - d.catchup_s,  # catching up on history it missed is not this round's
@@ -150,16 +169,27 @@ class RoundRunner:
         if self.controller is None:  # --fixed: the first drafter, draft_max every round
             r.choice = Choice(self.drafters[0].name, draft_max)
             return r
+        lengths = self.lengths
+        limits = {"draft_max": draft_max, "draft_min": lengths.draft_min, "allow_none": not lengths.always_draft,
+                  "remaining": remaining}
+        if self._grades is not None:  # held whatever the free drafters propose: ask them later
+            r.choice = self.controller.held(drafters=self._models, grades=self._grades, **limits)
+            if r.choice is not None:
+                r.late, r.paused = draft_max, True
+                return r
         candidates = []
+        seen = self._free(history) if self._free.drafters else history
         for dr in self.drafters:
             if dr.free:  # a function of the history: asking it before the choice is lossless
-                p = r.proposals[dr.name] = self._propose(dr, history, draft_max)
+                p = r.proposals[dr.name] = self._propose(dr, seen, draft_max)
                 candidates.append(Candidate(dr.name, free=True, match_len=len(p.tokens), grade=p.grade))
             else:
-                candidates.append(Candidate(dr.name, backlog=dr.backlog(history), kv_shared=dr.kv_shared))
-        lengths = self.lengths
-        r.choice = self.controller.choose(drafters=candidates, draft_max=draft_max, draft_min=lengths.draft_min,
-                                          allow_none=not lengths.always_draft, remaining=remaining)
+                candidates.append(self._uncounted[dr.name])
+        r.choice = self.controller.held(drafters=candidates, **limits)
+        if r.choice is None:  # a priced round: the draft models' backlogs count
+            candidates = [c if c.free else Candidate(c.name, backlog=self.by_name[c.name].backlog(history),
+                                                     kv_shared=c.kv_shared) for c in candidates]
+            r.choice = self.controller.choose(drafters=candidates, **limits)
         # paused: the target alone by choice, not for want of a proposal
         r.paused = r.choice.drafter is None and any(
             c.match_len is None or c.match_len >= max(1, lengths.draft_min) for c in candidates)
@@ -223,7 +253,7 @@ class RoundRunner:
         for d in self.drafters:
             if not d.free:
                 continue
-            cont = d.continue_after(history, drafts, draft_len=room)
+            cont = d.continue_after(self._free(history), drafts, draft_len=room)
             e = choice.extend(choice.drafter, draft_len=len(drafts), free=d.name, grade=cont.grade,
                               match_len=len(cont.tokens))
             if e > 0:
