@@ -843,11 +843,12 @@ def test_held_rounds_ask_lookup_later_and_the_controller_learns_what_it_would_ha
         for prompt in ([1, 2, 3, 1, 2], [3, 4, 5, 3, 4], [6, 7, 6, 7], [2, 1, 2]):
             tokens.append(generate(target=target, prompt=prompt, drafters=drafters, max_tokens=150,
                                    controller=ctl).run().tokens)
-        late = sum(isinstance(r.scored, LateScores) for r in ctl.told)
+        late = [r.scored for r in ctl.told if isinstance(r.scored, LateScores)]
+        assert all(s.settled for s in late)  # asked by the end of each generation, read or not
         told = [(r.choice, r.drafted, r.accepted, r.emitted, r.paused, dict(r.scored)) for r in ctl.told]
         state = [ctl.base_s(), ctl.verify_s(4), ctl.round, ctl.prefix_accept("lookup#1", 4),
                  ctl.prefix_accept("lookup#2", 4), ctl.throughput("none", None), ctl.throughput("model", None)]
-        return tokens, told, state, late
+        return tokens, told, state, len(late)
 
     tokens, told, state, late = run(LookupDrafter())
     tokens_now, told_now, state_now, none_late = run(_AskedEveryRound())
@@ -855,3 +856,21 @@ def test_held_rounds_ask_lookup_later_and_the_controller_learns_what_it_would_ha
     assert told == told_now
     assert state == state_now
     assert none_late == 0 and late > 0.5 * len(told), (late, len(told))
+
+
+def test_a_generation_closed_early_still_asks_lookup_for_its_held_rounds(fake_clock: FakeClock) -> None:
+    # a client that goes away: the rounds held since the last pricing have lookup asked at the
+    # close, at the histories they had, not left to the next generation (whose lookup is reset)
+    from ggufspec.loop.late import LateScores
+
+    target, draft = pair(seed=1, noise=1.2, fake_clock=fake_clock, draft_cost=0.010)
+    target.t_row = 0.02
+    ctl, drafters = _ToldRounds(), [ModelDrafter(draft), LookupDrafter()]
+    generate(target=target, prompt=[1, 2, 3, 1, 2], drafters=drafters, max_tokens=150, controller=ctl).run()
+    before = len(ctl.told)
+    gen = generate(target=target, prompt=[3, 4, 5, 3, 4], drafters=drafters, max_tokens=150, controller=ctl)
+    for _ in zip(range(90), gen):
+        pass
+    gen.close()
+    late = [r.scored for r in ctl.told[before:] if isinstance(r.scored, LateScores)]
+    assert len(late) > 30 and all(s.settled for s in late)

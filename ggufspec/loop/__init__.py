@@ -10,6 +10,7 @@
               first token) and controlsettings (`ControlSettings`)
   estimates   the controller's running estimates: timing samples, acceptance counts, rates
   drafters    who proposes: a draft model, prompt lookup (the `Drafter` protocol)
+  late        free drafters asked after a held round, at the history it had (`FreeView`)
   speculation the speculation settings (`DraftLengthSettings`, `SpeculativeSettings`) and their builders
   acceptance  which drafted tokens the target keeps (greedy, rejection sampling, match)
   sampling    logits -> probabilities as llama.cpp shapes them; draws

@@ -33,6 +33,11 @@ class LateScores(Mapping[str, Scored]):
         self._view = view
         self._scores: dict[str, Scored] | None = None  # (filled by `FreeView.settle`)
 
+    @property
+    def settled(self) -> bool:
+        """Were the free drafters asked already?"""
+        return self._scores is not None
+
     def _got(self) -> dict[str, Scored]:
         if self._scores is None:
             self._view.settle()
