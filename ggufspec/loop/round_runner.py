@@ -3,7 +3,8 @@
 With history h (its last token not yet in the target's KV cache):
     1. plan: the free drafters propose (a function of h: asking is lossless), the controller
        picks the source and K from past rounds only (`DraftController.choose`), or --fixed takes
-       the first drafter at draft_max;
+       the first drafter at draft_max; a round a hold covers whatever the free drafters would
+       propose runs the target alone and has them asked after it (ggufspec.loop.late);
     2. draft: that drafter proposes x_0..x_{K-1}; a checked free proposal first meets the draft
        model's first token; a model's full proposal may take a free drafter's continuation
        (`Choice.extend`);
