@@ -68,6 +68,13 @@ class RowViews:
         # views kept at most (a context's rows are at most n_batch addresses per output buffer)
         self._keep = keep
 
+    def read(self, ctx: object, i: int) -> np.ndarray:
+        """Batch row i of context `ctx`'s last decode (waits for the decode's graph, on RPC workers too)."""
+        address = stall.watched(lib.logits_address, ctx, i)
+        if not address:
+            raise RuntimeError(f"no logits for batch row {i}")
+        return self(address)
+
     def __call__(self, address: int) -> np.ndarray:
         view = self._views.get(address)
         if view is None:
@@ -175,10 +182,7 @@ class Context:
 
         Valid until the next decode. Negative i counts from the last row with logits.
         """
-        address = stall.watched(lib.logits_address, self._ptr, i)  # waits for the decode's graph (RPC workers too)
-        if not address:
-            raise RuntimeError(f"no logits for batch row {i}")
-        return self._row_views(address)
+        return self._row_views.read(self._ptr, i)
 
     def truncate(self, n_keep: int) -> None:
         """Roll the KV cache back to its first n_keep tokens (drop positions >= n_keep)."""

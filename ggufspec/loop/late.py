@@ -24,6 +24,11 @@ from ggufspec.loop.rounds import Scored
 Propose = Callable[[Drafter, Sequence[int], int], Draft]  # (drafter, history, draft_len) -> its proposal
 
 
+def score(p: Draft, emitted: Sequence[int]) -> Scored:
+    """A free drafter's proposal `p` that did not run, scored against the tokens the target emitted."""
+    return Scored(len(p.tokens), common_prefix(p.tokens, emitted), p.grade)
+
+
 class LateScores(Mapping[str, Scored]):
     """A held round's free proposals, scored against its emitted token when first read (`Round.scored`)."""
 
@@ -90,8 +95,4 @@ class FreeView:
         for n, draft_len, token, scores in late:
             if len(seen) < n:
                 seen.extend(self._history[len(seen):n])
-            got = {}
-            for d in self.drafters:
-                p = self._propose(d, seen, draft_len)
-                got[d.name] = Scored(len(p.tokens), common_prefix(p.tokens, (token,)), p.grade)
-            scores._scores = got
+            scores._scores = {d.name: score(self._propose(d, seen, draft_len), (token,)) for d in self.drafters}

@@ -25,9 +25,9 @@ import numpy as np
 from ggufspec.loop import clock
 from ggufspec.loop.acceptance import AcceptRule, Verdict, accept_greedy, accept_match, accept_rejection
 from ggufspec.loop.control import DraftController
-from ggufspec.loop.drafters import Draft, Drafter, common_prefix
-from ggufspec.loop.late import FreeView
-from ggufspec.loop.rounds import Candidate, Choice, Round, Scored, Source
+from ggufspec.loop.drafters import Draft, Drafter
+from ggufspec.loop.late import FreeView, score
+from ggufspec.loop.rounds import Candidate, Choice, Round, Source
 from ggufspec.loop.sampling import SamplingSettings, probabilities, sample
 from ggufspec.loop.speculation import SpeculativeSettings
 from ggufspec.loop.target import Target
@@ -147,8 +147,8 @@ class RoundRunner:
         if r.late:
             scored = self._free.later(history, draft_len=r.late, token=verdict.token)
         else:
-            scored = {name: Scored(len(p.tokens), common_prefix(p.tokens, emitted), p.grade)
-                      for name, p in r.proposals.items() if choice is None or name != choice.drafter}
+            scored = {name: score(p, emitted) for name, p in r.proposals.items()
+                      if choice is None or name != choice.drafter}
         record = Round(
             choice=choice, drafted=kd, accepted=n, emitted=len(emitted),
             round_s=clock.now() - t_round - d.catchup_s,  # catching up on history it missed is not this round's
