@@ -32,7 +32,7 @@ class Checks(Hold):
         if judged >= self.settings.check_rounds:
             return None, 0
         # not a model hopeless against the target alone: each check is its call, the cache import
-        # included (the replay's H200 rows were 1.2-1.4% better without)
+        # included (docs/bench/controller.md)
         alone = {NONE: self._rates.get(NONE, 0.0)}
         models = [c for c in drafters if not c.free and (c.kv_shared or c.backlog <= SYNCED)
                   and not self._hopeless(c.name, alone, lo=lo, cap=draft_max)]
@@ -58,8 +58,8 @@ class Checks(Hold):
         the chosen source's rate (a round's surplus: tokens - R seconds), the check pays where
             (1 - p) [T_m(K) (r_m - R) - 1 + R V(K_s)] > p R f,    r_m = E_m(K) / T_m(K)
         Unmeasured (or counted: nominal costs), it pays. Where a model's call costs most of a target
-        step and the free drafter wins (gemma3-270m's 262k vocabulary beside lookup on plain text:
-        73 checks in 16 generations of the regime bench, 4-9% of their time), it does not."""
+        step and the free drafter wins (gemma3-270m's 262k vocabulary beside lookup on plain text;
+        docs/bench/controller.md), it does not."""
         rate = self._rates.get(source)
         costs = self.round_costs(model, cap)  # (the memo `best_len` filled)
         f = self.draft_cost_s(model, 1)

@@ -21,7 +21,7 @@ whose rows differ from the last one's without its graph, and the next of those r
 it). So a is measured only in a round of the target alone after two others; what the two rounds
 after a drafting run cost over 2a (S) is charged to the drafter that left one row, and a drafter's
 round starting from the target alone is priced S / max(its runs' median length, `switch_rounds`)
-more; retries come 1 + S / a times rarer. (H200, 135M target: 1.3 ms a captured step, 2.6 without.)
+more; retries come 1 + S / a times rarer (the H200's captured and uncaptured steps: docs/gpu.md).
 
 Check (`check_rounds`, ggufspec.loop.checks): a free drafter's proposal may first meet the
 in-step draft model's first token.
@@ -77,7 +77,7 @@ class DraftController(Extensions):
         self.replay()  # a priced round: the held rounds' bookkeeping first
         by_key = dict(zip(keys, drafters))
         keyed = [c if k == c.name else Candidate(k, c.free, c.match_len, c.backlog, c.kv_shared, c.grade)
-                 for k, c in by_key.items()]  # (the constructor: dataclasses.replace costs ~3 us a call)
+                 for k, c in by_key.items()]  # (the constructor: dataclasses.replace is dearer, docs/bench/overhead.md)
         ch = self._choose(drafters=keyed, caps=caps, models=models, lo=lo, allow_none=allow_none,
                           remaining=remaining)
         if ch.drafter is None:

@@ -91,7 +91,7 @@ def per_state(method: Callable[..., T]) -> Callable[..., T]:
         # (no argument is a tuple, so the tuple forms of key never meet; no arguments: the name)
         key = (name, args, *kwargs.items()) if kwargs else (name, *args) if args else name
         memo = self._memo
-        value = memo.get(key, memo)  # (the memo itself: no value; a KeyError costs ~1 us, ~15 misses a round)
+        value = memo.get(key, memo)  # (the memo itself: no value; `get`, not a KeyError: docs/bench/overhead.md)
         if value is memo:
             value = memo[key] = method(self, *args, **kwargs)
         return value  # type: ignore[return-value]

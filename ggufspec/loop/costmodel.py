@@ -15,13 +15,11 @@ Expiry (`expire`): a drafter's timing samples (b, f, u, its prefill's) and the v
 forgotten `expire` rounds after they were taken: the estimate falls back to its prior and the next
 retry measures it anew (a, measured every few rounds, never expires). What drafting costs is
 measured only when it runs, and the low median keeps a few slow samples as long as nothing newer
-outvotes them. After a busy minute (four processes warming at once on 2 cores: a at 70-400 ms
-against 23 quiet, the default draft's first rounds at 2-50 times its quiet seconds) the default
-pair's processes ran the target alone for good, 42 against 70 tok/s: judged hopeless, the model's
-retries came every 1,400-57,000 rounds by their cost; a slow b made K = 1 its best length, which
-never measures b again; a slow point at K = 8 bent the verify line so that K = 8 never ran again.
-1,024 rounds: beyond the hopeless retries' interval where nothing pays on the H200 (760 rounds)
-and the 2-core EPYC (180-440).
+outvotes them. Without expiry, samples taken in a busy minute (several processes warming at once)
+kept the default pair on the target alone for good: judged hopeless, the model's retries came
+thousands of rounds apart; a slow b made K = 1 its best length, which never measures b again; a
+slow point at K = 8 bent the verify line so that K = 8 never ran again. `expire` is set beyond the
+hopeless retries' interval where nothing pays (the measurements: docs/bench/controller.md).
 
 D_d(K): drafter d's seconds for K tokens, K decode calls: b_d the low median of the last
 `window` calls after a round's first, f_d of its first call (rule `first_call`: the first call

@@ -22,7 +22,7 @@ class Samples:
     def __init__(self, window: int) -> None:
         self._items: deque[tuple[int, float]] = deque(maxlen=window)
         # the last answer: the rounds it holds for [first, last] (none: first > last), what it
-        # answered (horizon, low, expire) and its value (fields, not a tuple: asked ~14 times a round)
+        # answered (horizon, low, expire) and its value (fields, not a tuple: asked many times a round)
         self._first, self._last, self._value = 1, 0.0, None
         self._horizon, self._low, self._expire = 0, False, 0.0
 

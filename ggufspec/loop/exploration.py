@@ -18,24 +18,24 @@ Opening: a draft model prefilled with a new prompt runs its first `opening` roun
 lost clearly when last chosen: under `close` of the best), all of them where it was prefilled
 because its retry was due (rule `full_retry`). A prompt's first tokens are often hard: judged on
 its first round alone, a retry there failed, the estimate only fell, and a model that did not
-share the target's cache sat out whole prompts (tests/test_control.py's hard-start prompts:
-default / best fixed K 0.84 in 3 of 12 seeds; with the rule 0.93 or more).
+share the target's cache sat out whole prompts (tests/test_control.py's hard-start prompts;
+figures in docs/bench/controller.md).
 
 Hopeless (rule `hopeless`): a draft model whose ceiling max_K (K + 1) / T(K) at the measured
 costs does not beat the best other source is not opened nor prefilled, and is retried only every
 retry x spacing rounds, or more rarely where a retry costs more than `hopeless_share` of that
 time: every D_d(cap) / (hopeless_share a) rounds (a retry's draft, its first call with the cache
-import included, against the target alone's rounds between two retries). On the 2-core EPYC a
-retry of the shared-cache Q4_1 draft beside a Q8_0 target cost 16-40 ms against 9 ms target
-steps: every 128 rounds that was 1.5-3.5% of the time, where nothing pays.
+import included, against the target alone's rounds between two retries): where a retry's draft
+costs several target steps, retries every `retry` x `spacing` rounds would cost a few percent of
+the time where nothing pays (docs/bench/controller.md).
 
 Prefill (`wants`): a draft model is prefilled with a new prompt when never run, the leader, within
 `close` of it, or due for a retry, and its expected gain pays for the prefill (ggufspec.loop.catchup);
 rule `prefill_rivals`: leader, gain and ceiling judged among the sources that run at any position,
 the target alone and the draft models (a free drafter's grade runs only where the history
 matches; judged against lookup's grade 3 after a prompt that ended in its matches, the 1B
-stand-in's draft went unprefilled and caught up on the whole prompt in its first round, 0.16-0.21 s
-of a ~4 s generation);
+stand-in's draft went unprefilled and caught up on the whole prompt in its first round:
+docs/bench/controller.md);
 or where it ran fewer than retry / 2 rounds and a retry is due (rule `unsettled`: a
 cold start, whose first rounds' luck would otherwise decide for prompts on end: a model that does
 not share the target's cache and is not prefilled misses the whole prompt, a catch-up that rarely
