@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trace_sim import Costs, Policy, load_profile, replay  # noqa: E402
 
 BENCH = Path("docs/bench/epyc-first/bench.json")
-REGIMES = ("h200-135m", "rtx3090-8b", "epyc-micro", "epyc-loop")
+REGIMES = ("h200-135m", "rtx3090-8b", "epyc-micro", "epyc-loop", "epyc-q8_0", "epyc-q4_1")
 RULES = {  # rule -> the default with it off
     "two-level rate": "default@two_level=0", "verify prior 1/4 (off: 1)": "default@verify_prior_weight=1",
     "first-call cost": "default@first_call=0", "winsor": "default@winsor=inf", "hysteresis": "default@hysteresis=0",
@@ -42,7 +42,7 @@ RULES = {  # rule -> the default with it off
 
 
 def costs_of(regime: str) -> Costs:
-    if regime in ("h200-135m", "rtx3090-8b"):
+    if regime not in ("epyc-micro", "epyc-loop"):  # a built-in profile
         return Costs.from_profile(load_profile(regime))
     costs = Costs(json.loads(BENCH.read_text())["micro"])
     if regime == "epyc-loop":

@@ -24,10 +24,12 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
               draft_extend). The default's full model drafts take lookup's continuation where the
               loop finds it pays (--draft-extend; the fourth field 0: off).
               `--profile NAME|FILE` prices rounds with costs given as numbers instead of a bench's
-              (`PROFILES`: h200-135m, h200-135m-graphs, rtx3090-8b; or a JSON/TOML file of the same keys), for
-              regimes this machine cannot produce; with the default first and fixed-K or
-              always-draft rivals it also prints `bench --regimes`' cells per prompt set
-              (docs/bench/regimes_simulated.md).
+              (`PROFILES`: h200-135m, h200-135m-graphs, rtx3090-8b, and this CPU's no-pay regimes
+              epyc-q8_0, epyc-q4_1; or a JSON/TOML file of the same keys), for regimes this machine
+              cannot produce; with the default first and fixed-K or always-draft rivals it also
+              prints `bench --regimes`' cells per prompt set (docs/bench/regimes_simulated.md).
+              `--losses`: the first policy's time against the target alone's, split by the kind
+              of round (the target alone, the model, its retries, each lookup grade).
 
 Checked against the real loop: the replay is the real loop, so the rounds are the engine's by
 construction; what it models is the draft (the trace) and the costs. Fixed K = 8 over the 58
@@ -316,6 +318,29 @@ PROFILES: dict[str, dict[str, Any]] = {
         "python_round_ms": 0.11, "python_draft_ms": 0.10, "python_controller_ms": 0.4,
         "python_controller_none_ms": 0.08,
     },
+    # Where nothing pays, on this 2-core AMD EPYC (issue 40's no-pay rows): the Q8_0 and Q4_1 targets
+    # with the default drafters, from `bench --regimes --limit 4 --repeats 2 -n 128` at acddbb6
+    # (docs/bench/regimes-cpu-2026-11-28/grid-head-acddbb6, runs.csv, both prompt sets, medians over
+    # the runs of each configuration):
+    # - target step: the target alone's verify seconds a round (Q8_0 8.27 ms, Q4_1 9.03)
+    # - 3/5/9 rows: fixed K = 2/4/8's verify seconds a round (Q8_0 18.96/24.91/33.19, Q4_1
+    #   20.54/30.23/44.27: on 2 cores a quantized verify is compute-bound, ~K + 1 times one row)
+    # - draft step b and first-call extra e from fixed K = 2 and 8's draft seconds a token, 2b + e
+    #   and 8b + e (Q8_0: 9.72 and 8.94 -> b 8.68, e 2.08; Q4_1: 9.94 and 9.09 -> b 8.80, e 2.28)
+    # - our Python: the target alone's a round (0.145 / 0.149 ms), fixed K = 8's over it a draft
+    #   (~0.07), the default's over it where it ran the target alone (its runs: 0.07 / 0.09); where it
+    #   drafts, 0.25 (not measurable on these rows: few such rounds; scripts/overhead.py's warm 0.13
+    #   a round, doubled for cold caches after a decode)
+    "epyc-q8_0": {
+        "name": "epyc-q8_0", "target_step_ms": 8.27, "verify_ms": {1: 8.27, 3: 18.96, 5: 24.91, 9: 33.19},
+        "draft_step_ms": 8.68, "draft_first_extra_ms": 2.08, "python_round_ms": 0.145, "python_draft_ms": 0.07,
+        "python_controller_ms": 0.25, "python_controller_none_ms": 0.07,
+    },
+    "epyc-q4_1": {
+        "name": "epyc-q4_1", "target_step_ms": 9.03, "verify_ms": {1: 9.03, 3: 20.54, 5: 30.23, 9: 44.27},
+        "draft_step_ms": 8.80, "draft_first_extra_ms": 2.28, "python_round_ms": 0.149, "python_draft_ms": 0.07,
+        "python_controller_ms": 0.25, "python_controller_none_ms": 0.09,
+    },
 }
 
 
@@ -574,6 +599,68 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
     return speedups
 
 
+def losses(traces: dict[str, Any], costs: Costs, policy: Policy, noise: float, seeds: int) -> dict[str, Any]:
+    """Where `policy` gains and loses against the target alone, by the kind of round: each round's
+    seconds (its catch-up included) minus its emitted tokens at the target alone's round (a step
+    and its Python), summed per kind over every generation (`replay`'s order, one controller a
+    seed), and over the generations the policy lost. Rounds of the target alone lose only the
+    controller's Python (the profile's); a drafting round loses where it emits fewer tokens than
+    its seconds buy alone. Noise enters each round's seconds, not the reference: read it at --noise 0.
+    Returns {"kinds": {kind: [rounds, lost s, gained s (<= 0), net s in the generations lost]},
+    "alone_s", "policy_s", "lost_alone_s", "generations", "lost"}."""
+    alone_s = costs.a + costs.python_s(0)
+    kinds: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    out: dict[str, Any] = {"kinds": kinds, "alone_s": 0.0, "policy_s": 0.0, "lost_alone_s": 0.0, "generations": 0,
+                           "lost": 0, "round_s": alone_s}
+    for seed in range(seeds):
+        rng = random.Random(seed)
+        ctl = DraftController(settings=policy.settings(gpu=costs.uncaptured is not None))
+        observe, rounds = ctl.observe, []
+
+        def traced(r: Any, observe: Any = observe, rounds: list[Any] = rounds) -> None:
+            rounds.append(r)
+            observe(r)
+        ctl.observe = traced  # type: ignore[method-assign]
+        for _ in range(2):
+            for t in traces.values():
+                rounds.clear()
+                seconds = simulate_prompt(t, policy, ctl, costs, rng, noise).gen_s
+                alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * alone_s
+                out["alone_s"] += alone
+                out["policy_s"] += seconds
+                out["generations"] += 1
+                gen: dict[str, float] = collections.defaultdict(float)
+                for r in rounds:
+                    c = r.choice
+                    if c is None or c.drafter is None or not r.drafted:
+                        kind = "target alone (the controller's Python)"
+                    else:
+                        kind = (MODEL if c.drafter == MODEL else f"{c.drafter}#{c.grade}") + (" retry" if c.retry else "")
+                    d = r.round_s + r.catchup_s - r.emitted * alone_s
+                    cell = kinds[kind]
+                    cell[0] += 1
+                    cell[1 if d > 0 else 2] += d
+                    gen[kind] += d
+                if seconds > alone:
+                    out["lost"] += 1
+                    out["lost_alone_s"] += alone
+                    for kind, d in gen.items():
+                        kinds[kind][3] += d
+    return out
+
+
+def print_losses(result: dict[str, Any], label: str, source: str, noise: float, seeds: int) -> None:
+    total, lost_alone, lost, n = result["alone_s"], result["lost_alone_s"], result["lost"], result["generations"]
+    print(f"\nWhere {label} gains and loses against the target alone ({source}; noise {noise}, {seeds} seed(s) x 2 "
+          f"repeats; a round's seconds minus its tokens at {result['round_s'] * 1e3:.2f} ms; all: "
+          f"{(result['policy_s'] - total) / total * 100:+.2f}% of the target alone's time):\n")
+    print(f"| round | rounds | lost, s | gained, s | net, % of the target alone's time | net in the {lost} generations "
+          f"it lost (of {n}), % of theirs |\n|---|---:|---:|---:|---:|---:|")
+    for kind, (rounds, plus, minus, in_lost) in sorted(result["kinds"].items(), key=lambda kv: -(kv[1][1] + kv[1][2])):
+        print(f"| {kind} | {int(rounds)} | {plus:.3f} | {abs(minus):.3f} | {(plus + minus) / total * 100:+.2f} | "
+              f"{in_lost / lost_alone * 100 if lost_alone else 0.0:+.2f} |")
+
+
 def regime_rows(traces: dict[str, Any], speedups: dict[tuple[Policy, str], list[float]],
                 policies: tuple[Policy, ...], seeds: int) -> list[dict[str, Any]]:
     """`bench --regimes`' cells per prompt set: the first policy's speedup (median over prompts of
@@ -606,7 +693,7 @@ def regime_rows(traces: dict[str, Any], speedups: dict[tuple[Policy, str], list[
 
 
 def simulate(path: Path, bench: Path | None, noise: float, seeds: int, policies: tuple[Policy, ...], *,
-             loop_costs: bool = False, profile: str | None = None) -> None:
+             loop_costs: bool = False, profile: str | None = None, show_losses: bool = False) -> None:
     traces = json.loads(path.read_text())
     if profile is not None:
         costs = Costs.from_profile(load_profile(profile))
@@ -638,6 +725,8 @@ def simulate(path: Path, bench: Path | None, noise: float, seeds: int, policies:
     for policy in policies:
         print(f"| {policy.label} | " + per_cell(lambda i: st.median(speedups[(policy, i)])) + " |")
     first = policies[0]
+    if show_losses and first.kind != "fixed":
+        print_losses(losses(traces, costs, first, noise, seeds), first.label, costs.source, noise, seeds)
     for other in policies[1:]:
         print(f"| {first.label} / {other.label}, per prompt | "
               + per_cell(lambda i: st.median(speedups[(first, i)]) / st.median(speedups[(other, i)])) + " |")
@@ -672,6 +761,8 @@ def main() -> None:
     s.add_argument("--seeds", type=int, default=1)
     s.add_argument("--loop-costs", action="store_true",
                    help="price rounds with the costs the bench's runs measured (runs.csv beside --bench), not its micro block")
+    s.add_argument("--losses", action="store_true",
+                   help="also break the first policy's gain over the target alone down by the kind of round")
     s.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
                    help="configurations to replay, the first compared with each of the others: default|model|always[:DRAFT_MAX"
                         "[:P_MIN[:DRAFT_EXTEND]]][@KEY=VAL,...] (ControlSettings overrides, e.g. default@confirm=0) "
@@ -686,7 +777,8 @@ def main() -> None:
             if not p.is_file():
                 sys.exit(f"error: {p} does not exist; record traces first, or pass --bench FILE")
         simulate(args.traces, None if args.profile else args.bench, args.noise, args.seeds,
-                 tuple(Policy.parse(p) for p in args.policies), loop_costs=args.loop_costs, profile=args.profile)
+                 tuple(Policy.parse(p) for p in args.policies), loop_costs=args.loop_costs, profile=args.profile,
+                 show_losses=args.losses)
 
 
 if __name__ == "__main__":

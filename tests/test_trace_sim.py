@@ -246,3 +246,33 @@ def test_always_draft_on_a_gpu_still_prices_its_rounds() -> None:
     for trace in list(traces.values())[:3]:
         ks |= set(trace_sim.simulate_prompt(trace, policy, ctl, costs, random.Random(0), 0.0).k_hist)
     assert ctl.base_s() is not None and len(ks - {0}) > 1, ks
+
+
+def test_the_losses_add_up_to_the_policys_time_against_the_target_alone() -> None:
+    # a prompt whose drafts are never kept at costs where nothing pays (a draft step dearer than a
+    # target step, each verify row a step): the default runs the target alone but for its retries
+    costs = trace_sim.Costs.from_profile({**PROFILE, "draft_step_ms": 6.0, "verify_ms": {"1": 5.0, "9": 45.0},
+                                          "python_controller_none_ms": 0.05})
+    traces = {"a": _trace(60, 0), "b": _trace(40, 0), "c": _trace(60, 8)}
+    for noise in (0.0, 0.1):
+        out = trace_sim.losses(traces, costs, DEFAULT8, noise, seeds=2)
+        kinds = out["kinds"]
+        net = sum(lost + gained for _, lost, gained, _ in kinds.values())
+        assert net == pytest.approx(out["policy_s"] - out["alone_s"])  # every second of the gap is some round's
+        assert out["generations"] == 12 and sum(n for n, *_ in kinds.values()) > 0
+    out = trace_sim.losses(traces, costs, DEFAULT8, 0.0, seeds=1)
+    n, lost, gained, _ = out["kinds"]["target alone (the controller's Python)"]
+    assert gained == 0.0 and lost == pytest.approx(n * 0.05e-3)  # noise-free: only the controller's Python
+    model = [v for k, v in out["kinds"].items() if k.startswith(trace_sim.MODEL)]
+    assert model and all(lost > 0.0 for _, lost, _, _ in model)  # its retries drafted, and lost
+
+
+def test_the_cpu_no_pay_profiles_hold_their_stated_numbers() -> None:
+    q8 = trace_sim.Costs.from_profile(trace_sim.load_profile("epyc-q8_0"))
+    assert (q8.a, q8.verify_s(2), q8.verify_s(8), q8.b, q8.f) == pytest.approx((0.00827, 0.01896, 0.03319, 0.00868, 0.01076))
+    # b and e from fixed K = 2 and 8's draft seconds a token: 2b + e = 2 x 9.72, 8b + e = 8 x 8.94
+    assert 2 * q8.b + (q8.f - q8.b) == pytest.approx(2 * 9.72e-3, rel=1e-2)
+    assert 8 * q8.b + (q8.f - q8.b) == pytest.approx(8 * 8.94e-3, rel=1e-2)
+    q4 = trace_sim.Costs.from_profile(trace_sim.load_profile("epyc-q4_1"))
+    assert 2 * q4.b + (q4.f - q4.b) == pytest.approx(2 * 9.94e-3, rel=1e-2)
+    assert 8 * q4.b + (q4.f - q4.b) == pytest.approx(8 * 9.09e-3, rel=1e-2)
