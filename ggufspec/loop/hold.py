@@ -25,7 +25,7 @@ exceptions as it saved; not kept (docs/bench/controller.md, rule `hold_model`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ggufspec.loop.controlsettings import ControlSettings
@@ -56,7 +56,7 @@ class Hold(Exploration):
         self._hold: Held | None = None
         self._rated: dict[str, float] = {}  # each source's estimate when last priced (a free drafter's by grade)
         self._held_at = -1  # the round whose choice a hold made
-        self._grade_keys: dict[tuple[str, Sequence[int]], dict[str, int]] = {}  # (`held`: each grade's source)
+        self._grade_keys: dict[tuple[str, Sequence[int]], tuple[str, ...]] = {}  # (`held`: each grade's source)
 
     def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
         self._hold = None  # a new prompt: its openings and candidates decide afresh
@@ -71,16 +71,17 @@ class Hold(Exploration):
         before it counts them (a walk over the history, cache-cold after a decode). `grades`: free
         drafters not asked yet (not among `drafters`), each with the grades its proposals may have:
         held only where the round would be whatever they propose (ggufspec.loop.late)."""
-        if not self._holding():  # (the candidates' caps are learnt where the round is priced)
+        if self._holding() is None:  # (the candidates' caps are learnt where the round is priced)
             return None
         lo = max(1, draft_min)
         caps, _, models = self._caps_now(drafters, draft_max=draft_max, lo=lo, remaining=remaining)
-        for name, gs in (grades or {}).items():  # each grade's source, as if it proposed (its K: any)
+        sources: list[str] = [*caps]
+        for name, gs in (grades or {}).items():  # each grade's source, as if it proposed
             keys = self._grade_keys.get((name, gs))
             if keys is None:
-                keys = self._grade_keys[(name, gs)] = dict.fromkeys((self._key(name, g) for g in gs), lo)
-            caps.update(keys)
-        return HELD if self._held(caps, models, lo, allow_none) else None
+                keys = self._grade_keys[(name, gs)] = tuple(self._key(name, g) for g in gs)
+            sources += keys
+        return HELD if self._held(sources, models, lo, allow_none) else None
 
     def _caps_now(self, drafters: Sequence[Candidate], *, draft_max: int, lo: int,
                   remaining: int | None) -> tuple[dict[str, int], list[str], tuple[str, ...]]:
@@ -105,18 +106,19 @@ class Hold(Exploration):
                     self._caps[name] = cap
         return caps, keys, tuple(models)
 
-    def _holding(self) -> bool:
-        """Is a hold on, whatever this round's candidates (`_held` decides)?"""
+    def _holding(self) -> Held | None:
+        """The hold on, whatever this round's candidates (`_held` decides), or None."""
         h = self._hold
-        return h is not None and self.round <= h.until and not self._recheck
+        return h if h is not None and self.round <= h.until and not self._recheck else None
 
-    def _held(self, caps: Mapping[str, int], models: tuple[str, ...], lo: int, allow_none: bool) -> bool:
-        """Does a hold cover this round (module docstring)? If so, its round is marked held (`_defers`)."""
-        h = self._hold
-        if h is None or not self._holding() or (h.models, h.lo, h.allow_none) != (models, lo, allow_none):
+    def _held(self, sources: Iterable[str], models: tuple[str, ...], lo: int, allow_none: bool) -> bool:
+        """Does a hold cover this round, among the candidates' `sources` (module docstring)? If
+        so, its round is marked held (`_defers`)."""
+        h = self._holding()
+        if h is None or (h.models, h.lo, h.allow_none) != (models, lo, allow_none):
             return False
         bar, rated = h.rate / (1.0 + self.settings.hold_margin), self._rated
-        for n in caps:
+        for n in sources:
             if n != NONE and n not in models and rated.get(n, math.inf) > bar:
                 return False
         self._held_at = self.round
