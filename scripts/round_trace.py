@@ -8,11 +8,19 @@ free drafter's continuation, `extended` of them). Settings: ControlSettings or
 DraftLengthSettings fields as KEY=VAL (scripts/control_ab.py's parsing).
 
     .venv/bin/python scripts/round_trace.py --regime gemma --set tuned --prompts 4 --passes 2 [--rounds 12] [handover=0 ...]
+
+`--losses`: where the default gains and loses against the target alone, on this machine: each
+round's seconds (its catch-up included) minus its emitted tokens at the mean round of the target
+alone in the same generation (none there: the run's), summed by the kind of round (the model, its
+retries, each lookup grade), as `scripts/trace_sim.py --losses` does on the replay. The target
+alone's own rounds net zero by construction, so the controller's Python in them is not separated
+here (scripts/real_overhead_ab.py measures it); drafting rounds carry theirs.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,6 +35,8 @@ def main() -> None:
     add_regime_args(ap, regime="default", prompt_set="tuned", prompts=4)
     ap.add_argument("--passes", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=12, help="rounds of each generation to print")
+    ap.add_argument("--losses", action="store_true",
+                    help="also split the default's time against the target alone's by the kind of round")
     args = ap.parse_args()
     from ggufspec.loop.control import DraftController
 
@@ -41,16 +51,65 @@ def main() -> None:
             src = (c.drafter or "-")[:6] + (f"#{c.grade}" if c.grade else "")
             log.append(f"{src}:K{c.draft_len}:{r.drafted}{'R' if c.retry else ''}e{r.extended}"
                        f"/{r.accepted}={r.emitted} {r.round_s * 1e3:.0f}")
+            rounds.append(r)
         observe(r)
 
     ctl.observe = traced  # type: ignore[method-assign]
+    rounds: list = []
+    generations: list[list] = []
     for n in range(args.passes):
         for p in prompts:
             log.clear()
+            rounds = []
             t = time.perf_counter()
             g = generate_one(ctl, p, length)
+            generations.append(rounds)
             print(f"{p.id} pass{n} {(time.perf_counter() - t) * 1e3:.0f} ms rounds={len(log)} {dict(g.stats.drafter_rounds)}")
             print("   " + " | ".join(log[:args.rounds]), flush=True)
+    if args.losses:
+        print_losses(generations)
+
+
+def kind_of(r) -> str:  # type: ignore[no-untyped-def]
+    """A round's kind: the target alone, the model (a retry apart), or a free drafter's grade."""
+    c = r.choice
+    if c is None or c.drafter is None or not r.drafted:
+        return "target alone"
+    name = c.drafter if r.free else "model"
+    return name + (f"#{c.grade}" if c.grade else "") + (" retry" if c.retry else "")
+
+
+def losses(generations: list[list]) -> tuple[dict[str, list[float]], float]:
+    """(kind -> [rounds, lost s, gained s (<= 0)], the rounds' tokens at the target alone's seconds):
+    the `--losses` split (module docstring); None-kind rounds (no choice) count as the target alone."""
+    every = [r.round_s for g in generations for r in g if kind_of(r) == "target alone" and r.emitted == 1]
+    net: dict[str, list[float]] = {}
+    total = 0.0
+    if not every:
+        return net, total
+    for g in generations:
+        alone = [r.round_s for r in g if kind_of(r) == "target alone" and r.emitted == 1]
+        a = statistics.fmean(alone or every)
+        total += sum(r.emitted for r in g) * a  # the generation's rounds at the target alone's
+        for r in g:
+            cell = net.setdefault(kind_of(r), [0, 0.0, 0.0])
+            d = r.round_s + r.catchup_s - r.emitted * a
+            cell[0] += 1
+            cell[1 if d > 0 else 2] += d
+    return net, total
+
+
+def print_losses(generations: list[list]) -> None:
+    """The `--losses` table (module docstring)."""
+    net, total = losses(generations)
+    if not total:
+        print("\nno round of the target alone to price the others by")
+        return
+    print(f"\nEach round's seconds minus its tokens at the target alone's mean round of its generation "
+          f"(the rounds' tokens at that: {total:.2f} s):\n")
+    print("| round | rounds | lost, ms | gained, ms | net, % of the rounds' time at the target alone's |\n|---|---:|---:|---:|---:|")
+    for kind, (n, plus, minus) in sorted(net.items(), key=lambda kv: -(kv[1][1] + kv[1][2])):
+        print(f"| {kind} | {n} | {plus * 1e3:.1f} | {abs(minus) * 1e3:.1f} | {(plus + minus) / total * 100:+.2f} |")
 
 
 if __name__ == "__main__":
