@@ -20,6 +20,7 @@ here (scripts/real_overhead_ab.py measures it); drafting rounds carry theirs.
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import sys
 import time
@@ -28,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from coldstart import add_regime_args, regime_from  # noqa: E402
+from round_losses import ALONE, add, kind_of  # noqa: E402
 
 
 def main() -> None:
@@ -70,33 +72,21 @@ def main() -> None:
         print_losses(generations)
 
 
-def kind_of(r) -> str:  # type: ignore[no-untyped-def]
-    """A round's kind: the target alone, the model (a retry apart), or a free drafter's grade."""
-    c = r.choice
-    if c is None or c.drafter is None or not r.drafted:
-        return "target alone"
-    name = c.drafter if r.free else "model"
-    return name + (f"#{c.grade}" if c.grade else "") + (" retry" if c.retry else "")
-
-
 def losses(generations: list[list]) -> tuple[dict[str, list[float]], float]:
     """(kind -> [rounds, lost s, gained s (<= 0)], the rounds' tokens at the target alone's seconds):
     the `--losses` split (module docstring); None-kind rounds (no choice) count as the target alone."""
-    every = [r.round_s for g in generations for r in g if kind_of(r) == "target alone" and r.emitted == 1]
-    net: dict[str, list[float]] = {}
+    every = [r.round_s for g in generations for r in g if kind_of(r) == ALONE and r.emitted == 1]
+    net: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0])
     total = 0.0
     if not every:
-        return net, total
+        return {}, total
     for g in generations:
-        alone = [r.round_s for r in g if kind_of(r) == "target alone" and r.emitted == 1]
+        alone = [r.round_s for r in g if kind_of(r) == ALONE and r.emitted == 1]
         a = statistics.fmean(alone or every)
         total += sum(r.emitted for r in g) * a  # the generation's rounds at the target alone's
         for r in g:
-            cell = net.setdefault(kind_of(r), [0, 0.0, 0.0])
-            d = r.round_s + r.catchup_s - r.emitted * a
-            cell[0] += 1
-            cell[1 if d > 0 else 2] += d
-    return net, total
+            add(net, r, a)
+    return dict(net), total
 
 
 def print_losses(generations: list[list]) -> None:

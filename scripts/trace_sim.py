@@ -80,6 +80,9 @@ from ggufspec.settings import DRAFT_EXTEND, DRAFT_MAX
 sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
 from fakes import CudaGraph, FakeClock, FakeModel, FakeVocab
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import round_losses  # noqa: E402
+
 MODEL = "model"
 K_MAX = 16  # draft tokens scored from each position by `record` (the most a replayed policy may draft)
 MAX_TOKENS = 128  # new tokens a generation, as the bench's
@@ -631,15 +634,7 @@ def losses(traces: dict[str, Any], costs: Costs, policy: Policy, noise: float, s
                 out["generations"] += 1
                 gen: dict[str, float] = collections.defaultdict(float)
                 for r in rounds:
-                    c = r.choice
-                    if c is None or c.drafter is None or not r.drafted:
-                        kind = "target alone (the controller's Python)"
-                    else:
-                        kind = (MODEL if c.drafter == MODEL else f"{c.drafter}#{c.grade}") + (" retry" if c.retry else "")
-                    d = r.round_s + r.catchup_s - r.emitted * alone_s
-                    cell = kinds[kind]
-                    cell[0] += 1
-                    cell[1 if d > 0 else 2] += d
+                    kind, d = round_losses.add(kinds, r, alone_s)
                     gen[kind] += d
                 if seconds > alone:
                     out["lost"] += 1
@@ -657,6 +652,7 @@ def print_losses(result: dict[str, Any], label: str, source: str, noise: float, 
     print(f"| round | rounds | lost, s | gained, s | net, % of the target alone's time | net in the {lost} generations "
           f"it lost (of {n}), % of theirs |\n|---|---:|---:|---:|---:|---:|")
     for kind, (rounds, plus, minus, in_lost) in sorted(result["kinds"].items(), key=lambda kv: -(kv[1][1] + kv[1][2])):
+        kind += " (the controller's Python)" if kind == round_losses.ALONE else ""
         print(f"| {kind} | {int(rounds)} | {plus:.3f} | {abs(minus):.3f} | {(plus + minus) / total * 100:+.2f} | "
               f"{in_lost / lost_alone * 100 if lost_alone else 0.0:+.2f} |")
 

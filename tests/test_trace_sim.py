@@ -261,7 +261,7 @@ def test_the_losses_add_up_to_the_policys_time_against_the_target_alone() -> Non
         assert net == pytest.approx(out["policy_s"] - out["alone_s"])  # every second of the gap is some round's
         assert out["generations"] == 12 and sum(n for n, *_ in kinds.values()) > 0
     out = trace_sim.losses(traces, costs, DEFAULT8, 0.0, seeds=1)
-    n, lost, gained, _ = out["kinds"]["target alone (the controller's Python)"]
+    n, lost, gained, _ = out["kinds"][trace_sim.round_losses.ALONE]
     assert gained == 0.0 and lost == pytest.approx(n * 0.05e-3)  # noise-free: only the controller's Python
     model = [v for k, v in out["kinds"].items() if k.startswith(trace_sim.MODEL)]
     assert model and all(lost > 0.0 for _, lost, _, _ in model)  # its retries drafted, and lost
