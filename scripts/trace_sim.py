@@ -583,14 +583,24 @@ def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController 
 
 
 def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
-           policies: tuple[Policy, ...]) -> dict[tuple[Policy, str], list[float]]:
+           policies: tuple[Policy, ...], *, traced: Policy | None = None,
+           generations: list[tuple[dict[str, Any], float, list[Any]]] | None = None) -> dict[tuple[Policy, str], list[float]]:
     """(policy, prompt id) -> its speedups over the target alone, seed by seed, the bench's two
-    repeats each (seed s: items 2s and 2s + 1)."""
+    repeats each (seed s: items 2s and 2s + 1). `traced`: a controlled policy whose generations
+    are appended to `generations` as (trace, seconds, its rounds), in the replay's order."""
     speedups: dict[tuple[Policy, str], list[float]] = collections.defaultdict(list)
     for seed in range(seeds):
         rng = random.Random(seed)
         gpu = costs.uncaptured is not None
         ctls = {p: DraftController(settings=p.settings(gpu=gpu)) for p in policies if p.kind != "fixed"}  # one per policy, kept across prompts
+        rounds: list[Any] = []
+        if traced is not None and generations is not None:
+            observe = ctls[traced].observe
+
+            def trace(r: Any, observe: Any = observe) -> None:
+                rounds.append(r)
+                observe(r)
+            ctls[traced].observe = trace  # type: ignore[method-assign]
         for _ in range(2):  # the bench's two repeats, in its order
             for pid, t in traces.items():
                 alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * (costs.a + costs.python_s(0))
@@ -599,48 +609,46 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
                 for policy in policies:
                     seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise).gen_s
                     speedups[(policy, pid)].append(alone / seconds)
+                    if policy == traced and generations is not None:
+                        generations.append((t, seconds, rounds[:]))
+                        rounds.clear()
     return speedups
 
 
 def losses(traces: dict[str, Any], costs: Costs, policy: Policy, noise: float, seeds: int) -> dict[str, Any]:
-    """Where `policy` gains and loses against the target alone, by the kind of round: each round's
+    """`split` of `policy`'s generations replayed alone (`replay`'s order, one controller a seed)."""
+    generations: list[tuple[dict[str, Any], float, list[Any]]] = []
+    replay(traces, costs, noise, seeds, (policy,), traced=policy, generations=generations)
+    return split(generations, costs)
+
+
+def split(generations: list[tuple[dict[str, Any], float, list[Any]]], costs: Costs) -> dict[str, Any]:
+    """Where a policy gains and loses against the target alone, by the kind of round: each round's
     seconds (its catch-up included) minus its emitted tokens at the target alone's round (a step
-    and its Python), summed per kind over every generation (`replay`'s order, one controller a
-    seed), and over the generations the policy lost. Rounds of the target alone lose only the
-    controller's Python (the profile's); a drafting round loses where it emits fewer tokens than
-    its seconds buy alone. Noise enters each round's seconds, not the reference: read it at --noise 0.
+    and its Python), summed per kind over `generations` (`replay`'s, (trace, seconds, rounds)), and
+    over the generations the policy lost. Rounds of the target alone lose only the controller's
+    Python (the profile's); a drafting round loses where it emits fewer tokens than its seconds buy
+    alone. Noise enters each round's seconds, not the reference: read it at --noise 0.
     Returns {"kinds": {kind: [rounds, lost s, gained s (<= 0), net s in the generations lost]},
     "alone_s", "policy_s", "lost_alone_s", "generations", "lost"}."""
     alone_s = costs.a + costs.python_s(0)
     kinds: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     out: dict[str, Any] = {"kinds": kinds, "alone_s": 0.0, "policy_s": 0.0, "lost_alone_s": 0.0, "generations": 0,
                            "lost": 0, "round_s": alone_s}
-    for seed in range(seeds):
-        rng = random.Random(seed)
-        ctl = DraftController(settings=policy.settings(gpu=costs.uncaptured is not None))
-        observe, rounds = ctl.observe, []
-
-        def traced(r: Any, observe: Any = observe, rounds: list[Any] = rounds) -> None:
-            rounds.append(r)
-            observe(r)
-        ctl.observe = traced  # type: ignore[method-assign]
-        for _ in range(2):
-            for t in traces.values():
-                rounds.clear()
-                seconds = simulate_prompt(t, policy, ctl, costs, rng, noise).gen_s
-                alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * alone_s
-                out["alone_s"] += alone
-                out["policy_s"] += seconds
-                out["generations"] += 1
-                gen: dict[str, float] = collections.defaultdict(float)
-                for r in rounds:
-                    kind, d = round_losses.add(kinds, r, alone_s)
-                    gen[kind] += d
-                if seconds > alone:
-                    out["lost"] += 1
-                    out["lost_alone_s"] += alone
-                    for kind, d in gen.items():
-                        kinds[kind][3] += d
+    for t, seconds, rounds in generations:
+        alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * alone_s
+        out["alone_s"] += alone
+        out["policy_s"] += seconds
+        out["generations"] += 1
+        gen: dict[str, float] = collections.defaultdict(float)
+        for r in rounds:
+            kind, d = round_losses.add(kinds, r, alone_s)
+            gen[kind] += d
+        if seconds > alone:
+            out["lost"] += 1
+            out["lost_alone_s"] += alone
+            for kind, d in gen.items():
+                kinds[kind][3] += d
     return out
 
 
@@ -704,7 +712,10 @@ def simulate(path: Path, bench: Path | None, noise: float, seeds: int, policies:
         with runs.open(newline="") as f:
             costs = Costs.from_runs(list(csv.DictReader(f)), costs.draft)
     cell = {pid: f"{'held-out' if t['set'] == 'heldout' else 'tuned'} {t['category']}" for pid, t in traces.items()}
-    speedups = replay(traces, costs, noise, seeds, policies)
+    first = policies[0]
+    generations: list[tuple[dict[str, Any], float, list[Any]]] = []
+    speedups = replay(traces, costs, noise, seeds, policies, traced=first if show_losses and first.kind != "fixed" else None,
+                      generations=generations)
     cells = sorted(set(cell.values()))
 
     def per_cell(f) -> str:
@@ -720,9 +731,8 @@ def simulate(path: Path, bench: Path | None, noise: float, seeds: int, policies:
     print("| policy | " + " | ".join(cells) + " |\n|---|" + "---:|" * len(cells))
     for policy in policies:
         print(f"| {policy.label} | " + per_cell(lambda i: st.median(speedups[(policy, i)])) + " |")
-    first = policies[0]
-    if show_losses and first.kind != "fixed":
-        print_losses(losses(traces, costs, first, noise, seeds), first.label, costs.source, noise, seeds)
+    if generations:
+        print_losses(split(generations, costs), first.label, costs.source, noise, seeds)
     for other in policies[1:]:
         print(f"| {first.label} / {other.label}, per prompt | "
               + per_cell(lambda i: st.median(speedups[(first, i)]) / st.median(speedups[(other, i)])) + " |")
