@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trace_sim import Costs, Policy, load_profile, replay  # noqa: E402
+from trace_sim import PROFILES, Costs, Policy, load_profile, replay  # noqa: E402
 
 BENCH = Path("docs/bench/epyc-first/bench.json")
 REGIMES = ("h200-135m", "rtx3090-8b", "epyc-micro", "epyc-loop", "epyc-q8_0", "epyc-q4_1")
@@ -42,7 +42,7 @@ RULES = {  # rule -> the default with it off
 
 
 def costs_of(regime: str) -> Costs:
-    if regime not in ("epyc-micro", "epyc-loop"):  # a built-in profile
+    if regime in PROFILES:
         return Costs.from_profile(load_profile(regime))
     costs = Costs(json.loads(BENCH.read_text())["micro"])
     if regime == "epyc-loop":
