@@ -32,7 +32,7 @@ used_a=$(du -sb .gpu/a | cut -f1)
 first=$(( room - used_a ))
 size=$(stat -c %s "$W")
 if (( first < 1048576 )); then
-  echo "error: the working tree ($((tree / 1048576)) MiB) leaves no room beside .gpu/a for the draft" >&2; exit 2
+  echo "error: the working tree ($((tree / 1048576)) MiB) leaves no room beside .gpu/a for the draft; run scripts/device/travel.sh light first" >&2; exit 2
 fi
 rest=$(( (size - first + room - 1) / room ))   # further calls, one piece each
 each=$(( (size - first + rest - 1) / rest ))

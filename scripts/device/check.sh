@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check, prepared here and run on a lent device machine (docs/gpu.md says what it found).
 #
+#   scripts/device/travel.sh light      # here: docs/bench out of what a call sends (then `full` after)
 #   scripts/device/bundle.sh            # here, once: .gpu/a, .gpu/b, ... (see there)
 #   device run, carry .gpu/a:  bash scripts/device/check.sh stage   # starts the CUDA build, keeps piece 0
 #   device run, carry .gpu/b:  bash scripts/device/check.sh stage   # keeps piece 1 (within 30 s: warm)
@@ -16,24 +17,30 @@
 # machine is warm goes on where the first stopped:
 #   devices       nvidia-smi, `ggufspec devices`
 #   derive        the Q8_0 target and the stand-ins from the shipped Q4_1, timed
-#   regime-*      bench --regimes default, then as-7b, and as-1b after the A/Bs (short form, one
-#                 step each; the models where `run` puts them, every layer on the GPU): target
-#                 alone, K = 2/4/8, always-draft, the default, in lockstep; `identical` counts exactness
+#   regime-*      bench --regimes default (4 prompts a set), then as-7b (2), and as-1b after the
+#                 switch_cost A/B and serve (2 repeats, 128 tokens; the models where `run` puts them,
+#                 every layer on the GPU): target alone, K = 2/4/8, always-draft, the default, in
+#                 lockstep; `identical` counts exactness
 #   ab-switch-*   scripts/control_ab.py on the GPU: the controller with rule switch_cost off against
-#                 on (lockstep, with the target alone and fixed K = 8), default pair then as-7b
+#                 on (lockstep, with the target alone and fixed K = 8), default pair (then as-7b, later)
 #   serve         scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
-#                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b then default
-#   batchrows-*   the two regimes again with GGUFSPEC_DRAFT_ONE_ROW=0: the draft's 2-token catch-up
-#                 as one decode, whose row count changes every round (what one_row saves)
-#   plan-measure  plan --measure for smollm2-as-7b at --vram budgets that put 16, 32, 48 of its 64
-#                 blocks on the GPU (planner against llama.cpp's real allocation), then run --compare
-#   graphs-default  exactness.py on the default pair with CUDA graphs off (GGML_CUDA_DISABLE_GRAPHS=1):
-#                 what re-capturing a graph at each shape change costs
+#                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b (2 passes)
+#                 then default (1)
+#   kvown-default the default pair's regime with the draft's own KV cache (--draft-kv own), against
+#                 regime-default's import of the target's
 #   exact-*       scripts/device/exactness.py on the default pair, then smollm2-as-7b: N greedy
 #                 generations of the default and each fixed K against the target alone, with the
 #                 stock kernels and with the row-invariant dispatch (scripts/device/row_invariant.py,
 #                 patched into this build: GGUFSPEC_CUDA_ROW_INVARIANT=1 GGML_CUDA_DISABLE_FUSION=1)
+#   plan-measure  plan --measure for smollm2-as-7b at --vram budgets that put 16, 32, 48 of its 64
+#                 blocks on the GPU (planner against llama.cpp's real allocation), then run --compare
+#   graphs-default  exactness.py on the default pair with CUDA graphs off (GGML_CUDA_DISABLE_GRAPHS=1):
+#                 what re-capturing a graph at each shape change costs
+#   batchrows-*   the two regimes again with GGUFSPEC_DRAFT_ONE_ROW=0: the draft's 2-token catch-up
+#                 as one decode, whose row count changes every round (what one_row saves)
 #   identity      greedy text of each stand-in against the embedded Q8_0 (2 prompts)
+# (The order puts first what the controller's rules need measured on a GPU: the regimes, rule
+# switch_cost's A/B, serve against llama-server; exactness, offload and the one-row A/B after.)
 set -uo pipefail
 MODE=${1:-run}
 CPU=0; [[ "${2:-}" == "--cpu" ]] && CPU=1
@@ -125,8 +132,8 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit inside the budget, or
 measure() {
   mkdir -p "$W"
   # regimes: --limit prompts per set, --repeats lockstep passes, -n new tokens (default pair, then big)
-  local big=as-7b pair=smollm2-as-7b lim=2 limb=1 repeats=3 n=96 tokens=64 np=6 ne=192 npb=4 neb=160 abp=3 abn=6
-  if (( CPU )); then big=as-1b; pair=smollm2-as-1b; lim=1; limb=1; repeats=1; n=16; tokens=16; np=2; ne=24; npb=2; neb=24; abp=1; abn=1; fi
+  local big=as-7b pair=smollm2-as-7b lim=4 limb=2 repeats=2 n=128 tokens=64 sr=2 np=6 ne=192 npb=4 neb=160 abp=3 abn=6
+  if (( CPU )); then big=as-1b; pair=smollm2-as-1b; lim=1; limb=1; repeats=1; n=16; tokens=16; sr=1; np=2; ne=24; npb=2; neb=24; abp=1; abn=1; fi
   export -f gs; export PY
   regime() {  # regime STEP REGIME LIMIT [ENV...]: one bench --regimes step into $W/STEP
     local name=$1 r=$2 l=$3; shift 3
@@ -150,18 +157,20 @@ measure() {
   step "regime-$big" 150 "$(regime "regimes-$big" "$big" "$limb")"
   # the controller's rule switch_cost (on where the target runs on a GPU) off against on, in lockstep
   step ab-switch-default 120 "$(ab default tuned); $(ab default heldout)"
-  step "ab-switch-$big" 150 "$(ab "$big" tuned)"
-  (( CPU )) || step regime-as-1b 100 "$(regime regimes-as-1b as-1b "$limb")"
   if [[ -x "$LLAMA_SERVER" ]]; then
-    step serve 170 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_$big --startup-timeout 120
+    step serve 170 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats $sr --limit 2 --out $W/serve_$big --startup-timeout 120
                     \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
   else
     log "serve: skipped (no llama-server at $LLAMA_SERVER; scripts/build_native.sh builds it)"
   fi
-  # the same regimes with the draft's 2-token catch-up as one decode (its row count changes every
-  # round: llama.cpp re-warms and re-captures the draft's CUDA graph), to price one_row
-  step "batchrows-$big" 130 "$(regime "batchrows-$big" "$big" "$limb" GGUFSPEC_DRAFT_ONE_ROW=0)"
-  step batchrows-default 110 "$(regime batchrows-default default "$lim" GGUFSPEC_DRAFT_ONE_ROW=0)"
+  (( CPU )) || step regime-as-1b 100 "$(regime regimes-as-1b as-1b "$limb")"
+  step "ab-switch-$big" 150 "$(ab "$big" tuned)"
+  # the default pair's draft imports the target's KV cache (--draft-kv auto): on the H200 its
+  # rounds cost ~2.6 ms more than the same draft's against the 7B stand-in, which it cannot share
+  # with (docs/gpu.md, fourth run); the same regime with the draft's own cache tells what the import costs
+  step kvown-default 120 "$(regime kvown-default default "$lim") --draft-kv own"
+  step exact-default 150 "$(exactness exact-default embedded:smollm2:Q8_0 "$np" "$ne")"
+  step "exact-$big" 180 "$(exactness "exact-$big" "embedded:$pair:Q8_0" "$npb" "$neb")"
   if (( ! CPU )); then
     step plan-measure 150 "for v in 2390MiB 4210MiB 6030MiB; do
         echo \"== --vram \$v\"
@@ -175,8 +184,10 @@ measure() {
   # CUDA graphs: llama.cpp re-warms (2 calls) and re-captures its graph whenever a decode's shape
   # changes, which speculation does every round; the same runs with graphs off tell what that costs
   step graphs-default 90 "GGML_CUDA_DISABLE_GRAPHS=1 \$PY scripts/device/exactness.py --target embedded:smollm2:Q8_0 --prompts 4 -n $ne --out $W/graphs-off-default.json"
-  step exact-default 150 "$(exactness exact-default embedded:smollm2:Q8_0 "$np" "$ne")"
-  step "exact-$big" 180 "$(exactness "exact-$big" "embedded:$pair:Q8_0" "$npb" "$neb")"
+  # the same regimes with the draft's 2-token catch-up as one decode (its row count changes every
+  # round: llama.cpp re-warms and re-captures the draft's CUDA graph), to price one_row
+  step "batchrows-$big" 130 "$(regime "batchrows-$big" "$big" "$limb" GGUFSPEC_DRAFT_ONE_ROW=0)"
+  step batchrows-default 110 "$(regime batchrows-default default "$lim" GGUFSPEC_DRAFT_ONE_ROW=0)"
   step identity 60 "for t in $pair; do
       for p in 'Why is the sky blue?' 'Write a Python function that checks whether a number is prime.'; do
         a=\$(gs run --target embedded:smollm2:Q8_0 --draft none --chat -p \"\$p\" -n 48 --json | \$PY -c 'import json,sys; print(json.load(sys.stdin)[\"text\"])')
