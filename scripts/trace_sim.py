@@ -24,7 +24,7 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
               draft_extend). The default's full model drafts take lookup's continuation where the
               loop finds it pays (--draft-extend; the fourth field 0: off).
               `--profile NAME|FILE` prices rounds with costs given as numbers instead of a bench's
-              (`PROFILES`: h200-135m, h200-135m-graphs, rtx3090-8b, and this CPU's no-pay regimes
+              (`PROFILES`: h200-135m, h200-135m-graphs, h200-135m-run4, h200-as7b-graphs, rtx3090-8b, and this CPU's no-pay regimes
               epyc-q8_0, epyc-q4_1; or a JSON/TOML file of the same keys), for regimes this machine
               cannot produce; with the default first and fixed-K or always-draft rivals it also
               prints `bench --regimes`' cells per prompt set (docs/bench/regimes_simulated.md).
@@ -227,20 +227,27 @@ class Costs:
         costs.python1 = float(profile.get("python_draft_ms", 0.0)) * ms
         costs.python_ctl = float(profile.get("python_controller_ms", 0.0)) * ms
         costs.python_ctl_none = float(profile.get("python_controller_none_ms", profile.get("python_controller_ms", 0.0))) * ms
-        if "uncaptured_ms" in profile:  # a GPU's graph of the target: see Costs.uncaptured
-            costs.uncaptured = float(profile["uncaptured_ms"]) * ms
+        if "uncaptured_ms" in profile or "launch_ms" in profile:  # a GPU's graph of the target: see Costs.uncaptured
+            costs.uncaptured = float(profile.get("uncaptured_ms", 0.0)) * ms
+            costs.launch = float(profile.get("launch_ms", 0.0)) * ms
             costs.capture = float(profile.get("capture_ms", 0.0)) * ms
         costs.source = str(profile.get("name", "profile"))
         return costs
 
     python_ctl = 0.0  # our Python a round on top of python_s where the controller chose to draft (profiles only)
     python_ctl_none = 0.0  # ... where it chose the target alone (a held choice prices nothing)
-    # A GPU's graph of the target (profile keys `uncaptured_ms`, `capture_ms`): llama.cpp's CUDA
-    # backend runs a decode whose shape (rows) differs from the last one's without its graph
-    # (`uncaptured`, whatever the rows: launch-bound), the next of the same shape too and captures
-    # it (+ `capture`), then replays it (the verify_ms figures). None: no graph (a CPU).
+    # A GPU's graph of the target (profile keys `uncaptured_ms`, `launch_ms`, `capture_ms`):
+    # llama.cpp's CUDA backend runs a decode whose shape (rows) differs from the last one's without
+    # its graph (max(`uncaptured`, its replay + `launch`): fakes.CudaGraph), the next of the same
+    # shape too and captures it (+ `capture`), then replays it (the verify_ms figures). None: no
+    # graph (a CPU).
     uncaptured: float | None = None
+    launch = 0.0
     capture = 0.0
+
+    def bare_s(self, replay: float) -> float:
+        """A decode without the graph that costs `replay` with it."""
+        return max(self.uncaptured or 0.0, replay + self.launch)
 
     def python_s(self, k: int, *, controlled: bool = False) -> float:
         """Our Python in a round of k drafts (the verify's logits, the acceptance, bookkeeping),
@@ -300,6 +307,38 @@ PROFILES: dict[str, dict[str, Any]] = {
         "name": "h200-135m-graphs", "target_step_ms": 1.29, "verify_ms": {1: 1.29, 3: 1.67, 5: 1.94, 9: 3.84},
         "draft_step_ms": 1.0, "draft_first_extra_ms": 0.0, "python_round_ms": 0.07, "python_draft_ms": 0.05,
         "python_controller_ms": 0.08, "uncaptured_ms": 2.6, "capture_ms": 1.0,
+    },
+    # The default pair on the H200 as the fourth run measured it (docs/gpu.md; docs/bench/
+    # gpu-h200-2026-11-28, regimes-default runs.csv, both sets):
+    # - target step 1.35 ms, verify of 3/5/9 rows 1.94/2.25/4.33 ms (the target alone's, fixed K's)
+    # - draft step 1.09 ms, first-call extra 4.07: fixed K = 2 and 8's draft rounds, 6.23 and 12.60
+    #   ms at 1.98 and 7.84 drafts (the draft imports the target's KV cache each round: docs/gpu.md)
+    # - without the graph: 2.2 ms (the target alone with CUDA graphs off, 438 tok/s, less ~0.09 of
+    #   Python) and at least the replay + 0.85
+    # - our Python: 0.093 ms a round alone, 0.065 a drafted token (fixed K's line); the default's
+    #   0.203 where it ran the target alone (0.11 the controller's), always-draft's 0.30 over fixed K
+    "h200-135m-run4": {
+        "name": "h200-135m-run4", "target_step_ms": 1.35, "verify_ms": {1: 1.35, 3: 1.94, 5: 2.25, 9: 4.33},
+        "draft_step_ms": 1.09, "draft_first_extra_ms": 4.07, "python_round_ms": 0.093, "python_draft_ms": 0.065,
+        "python_controller_ms": 0.30, "python_controller_none_ms": 0.11, "uncaptured_ms": 2.2, "launch_ms": 0.85,
+        "capture_ms": 1.0,
+    },
+    # The 7B stand-in (smollm2-as-7b, Q8_0, 64 blocks) with every layer on the H200, the Q4_1 draft
+    # there too (the fourth run, docs/gpu.md; docs/bench/gpu-h200-2026-11-28, regimes-as-7b runs.csv,
+    # medians over both sets' runs):
+    # - target step 7.32 ms, verify of 3/5/9 rows 9.85/13.31/13.88 ms: the target alone's and fixed
+    #   K = 2/4/8's verify seconds a round
+    # - draft step 1.17 ms, first-call extra 1.25: fixed K = 2 and 8's draft seconds a round (3.58
+    #   and 10.39 ms at 1.98 and 7.80 drafts a round)
+    # - launch 3.2 ms: what a decode without the target's graph costs over its replay; lookup
+    #   always-draft (rows 1 and 2 alternating, a change of shape almost every round) verified 2.6-3.6
+    #   ms a round over its rows' replays, the fixed K runs 0.0-0.8. Capture 1.0 ms: a guess, as above
+    # - our Python: 0.125 ms a round alone, 0.055 a drafted token (fixed K's line); the default's
+    #   1.06 ms a round at 7.3 drafts leaves 0.53 for the controller, the draft model's alone 0.40
+    "h200-as7b-graphs": {
+        "name": "h200-as7b-graphs", "target_step_ms": 7.32, "verify_ms": {1: 7.32, 3: 9.85, 5: 13.31, 9: 13.88},
+        "draft_step_ms": 1.17, "draft_first_extra_ms": 1.25, "python_round_ms": 0.125, "python_draft_ms": 0.055,
+        "python_controller_ms": 0.45, "python_controller_none_ms": 0.1, "launch_ms": 3.2, "capture_ms": 1.0,
     },
     # A consumer 7B-class GPU: llama 8B Q4_0 on an RTX 3090 (FlashAttention on), a 1B Q4 draft.
     # - target: llama-bench pp512 at micro-batch sizes 1-8 (the master column) in
@@ -483,7 +522,8 @@ class TraceTarget(FakeModel):
         super().__init__(lm=lambda prefix: eye[seq[len(prefix)]], vocab=FakeVocab([b"x"] * r.n_vocab),
                          n_ctx=n_ctx, n_batch=n_ctx)
         self.sim, self.costs, self.controlled = sim, costs, controlled
-        self.graph = CudaGraph(costs.uncaptured, costs.capture) if costs.uncaptured is not None else None
+        self.graph = (CudaGraph(costs.uncaptured, costs.capture, costs.launch)
+                      if costs.uncaptured is not None else None)
 
     def decode(self, tokens: Sequence[int], *, logits: str = "last", wait: bool = True) -> None:
         super().decode(tokens, logits=logits)
@@ -605,7 +645,7 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
             for pid, t in traces.items():
                 alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * (costs.a + costs.python_s(0))
                 if costs.uncaptured is not None:  # its first two steps after the prefill: no graph yet
-                    alone += 2 * (costs.uncaptured - costs.a) + costs.capture
+                    alone += 2 * (costs.bare_s(costs.a) - costs.a) + costs.capture
                 for policy in policies:
                     seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise).gen_s
                     speedups[(policy, pid)].append(alone / seconds)
@@ -701,16 +741,22 @@ def simulate(path: Path, bench: Path | None, noise: float, seeds: int, policies:
     traces = json.loads(path.read_text())
     if profile is not None:
         costs = Costs.from_profile(load_profile(profile))
-    else:
-        assert bench is not None
-        costs = Costs(json.loads(bench.read_text())["micro"])
-    if loop_costs:
+    elif loop_costs:
         assert bench is not None
         runs = bench.parent / "runs.csv"
         if not runs.is_file():
             sys.exit(f"error: {runs} does not exist; --loop-costs reads the bench's runs")
         with runs.open(newline="") as f:
-            costs = Costs.from_runs(list(csv.DictReader(f)), costs.draft)
+            rows = list(csv.DictReader(f))
+        # the draft of the fixed-K configurations ("Q4_1 K=8"): a bench without a micro block
+        # (bench --regimes) names it only there
+        drafts = sorted({r["config"].rsplit(" K=", 1)[0] for r in rows if " K=" in r["config"]})
+        if not drafts:
+            sys.exit(f"error: {runs} has no fixed-K runs; --loop-costs prices verify rows from them")
+        costs = Costs.from_runs(rows, drafts[0])
+    else:
+        assert bench is not None
+        costs = Costs(json.loads(bench.read_text())["micro"])
     cell = {pid: f"{'held-out' if t['set'] == 'heldout' else 'tuned'} {t['category']}" for pid, t in traces.items()}
     first = policies[0]
     generations: list[tuple[dict[str, Any], float, list[Any]]] = []
@@ -725,7 +771,8 @@ def simulate(path: Path, bench: Path | None, noise: float, seeds: int, policies:
           f"{costs.verify_s(4) * 1e3:.2f}/{costs.verify_s(8) * 1e3:.2f} ms, Python {costs.python0 * 1e3:.2f} ms a round "
           f"+ {costs.python1 * 1e3:.2f} a draft + {costs.python_ctl * 1e3:.2f} controlled "
           f"({costs.python_ctl_none * 1e3:.2f} where it ran the target alone); "
-          + (f"a change of the target's rows: two steps at {costs.uncaptured * 1e3:.2f} ms, "
+          + (f"a change of the target's rows: two steps at max({costs.uncaptured * 1e3:.2f} ms, the step's "
+             f"+ {costs.launch * 1e3:.2f}), "
              f"+ {costs.capture * 1e3:.2f} to capture; " if costs.uncaptured is not None else "")
           + f"noise {noise} a round; {seeds} seed(s)\n")
     print("| policy | " + " | ".join(cells) + " |\n|---|" + "---:|" * len(cells))

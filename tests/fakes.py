@@ -79,22 +79,26 @@ def ngram_lm(*, n_vocab: int, seed: int, order: int = 2, peak: float = 3.0, nois
 @dataclass
 class CudaGraph:
     """A GPU context's captured graph as llama.cpp's CUDA backend runs it: a decode whose rows
-    differ from the last one's runs without the graph (`uncaptured` seconds, launch-bound whatever
-    the rows), the next of those rows too, capturing it (+ `capture`); then it replays."""
+    differ from the last one's runs without the graph, the next of those rows too, capturing it
+    (+ `capture`); then it replays. Without the graph a decode costs max(`uncaptured`, its replay +
+    `launch`): a small model is launch-bound whatever the rows (the 135M: 2.6 ms against 1.29), a
+    big one pays its kernel launches over its replay (the 7B stand-in: ~3.2 ms over 7.3)."""
 
     uncaptured: float
     capture: float
+    launch: float = 0.0
     shape: int = -1
     captured: bool = False
 
     def cost(self, rows: int, replay: float) -> float:
         """Seconds of a decode of `rows` rows that costs `replay` when its graph replays."""
+        bare = max(self.uncaptured, replay + self.launch)
         if rows != self.shape:
             self.shape, self.captured = rows, False
-            return self.uncaptured
+            return bare
         if not self.captured:
             self.captured = True
-            return self.uncaptured + self.capture
+            return bare + self.capture
         return replay
 
 

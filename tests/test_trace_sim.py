@@ -213,9 +213,16 @@ def test_a_gpus_graph_prices_each_change_of_rows() -> None:
                                           "python_draft_ms": 0.0, "python_controller_ms": 0.0})
     stats = trace_sim.simulate_prompt(_trace(40, 8), trace_sim.Policy("fixed", 8), None, costs, random.Random(0), 0.0)
     draft = costs.f + 7 * costs.b
-    verify = [costs.uncaptured, costs.uncaptured + costs.capture, costs.verify_s(8), costs.verify_s(8)]
-    k2 = costs.uncaptured  # the last round, K = 2: other rows again
+    bare = costs.bare_s(costs.verify_s(8))
+    assert bare == costs.verify_s(8) > costs.uncaptured  # 9 rows cost their replay at least
+    verify = [bare, bare + costs.capture, costs.verify_s(8), costs.verify_s(8)]
+    k2 = costs.uncaptured  # the last round, K = 2: other rows again (launch-bound: 2.6 ms over 1.67)
+    assert costs.bare_s(costs.verify_s(2)) == costs.uncaptured
     assert stats.gen_s == pytest.approx(sum(verify) + 4 * draft + k2 + costs.f + costs.b)
+    # a big target (the 7B stand-in) pays its launches over its replay: 7.32 + 3.2 ms a step
+    big = trace_sim.Costs.from_profile(trace_sim.PROFILES["h200-as7b-graphs"])
+    assert big.bare_s(big.a) == pytest.approx(0.00732 + 0.0032)
+    assert big.bare_s(big.verify_s(8)) == pytest.approx(0.01388 + 0.0032)
 
 
 def test_on_a_gpu_the_controller_prices_the_way_back_to_one_row() -> None:
