@@ -934,6 +934,32 @@ def test_lookups_continuation_of_a_full_model_draft_is_appended_as_far_as_it_pay
     assert ctrl.extend("m", draft_len=8, free="lookup", grade=3, match_len=4) == 4
 
 
+def test_on_a_cuda_graph_an_extension_pays_for_the_change_of_rows() -> None:
+    # rule switch_cost: an extension changes the verify's rows for a round, and that round and the
+    # next run without the target's graph (S in all, measured on the way back to one row): the
+    # continuation is appended only where its tokens' worth over their rows reaches S
+    def warm(switch_cost: bool, back_s: float) -> DraftController:
+        ctrl = DraftController(settings=ControlSettings(switch_cost=switch_cost))
+        for _ in range(3):
+            ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=_verify(0)))
+        for _ in range(30):
+            ctrl.observe(Round(choice=Choice("m", 8), drafted=12, accepted=12, emitted=13,
+                         round_s=_verify(12) + 8 * 0.45 * A, draft_s=8 * 0.45 * A,
+                         extended=4, extended_by="lookup", extended_grade=3))
+        for extra in (back_s, back_s, 0.0, 0.0):  # back to one row: two rounds without the graph
+            ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=_verify(0) + extra))
+        return ctrl
+
+    def ext(ctrl: DraftController) -> int:
+        return ctrl.extend("m", draft_len=8, free="lookup", grade=3, match_len=4)
+
+    assert ext(warm(False, 10 * A)) == 4  # no graph: the rows alone
+    assert warm(True, 10 * A).shape_s() == pytest.approx(20 * A)
+    assert ext(warm(True, 10 * A)) == 0  # 4 tokens kept whole are worth less than 20 steps
+    assert ext(warm(True, 0.01 * A)) == 4  # a cheap change: as without the graph
+    assert ext(warm(True, 0.0)) == 4  # no change measured: the prior, one step a
+
+
 def test_an_extended_rounds_extra_rows_are_verify_rows_not_the_models_drafts() -> None:
     # a round of 8 model drafts and 3 tokens of lookup's continuation, all kept: the model's curve
     # counts 8 positions, the verify line a sample at 11 rows, the draft cost 8 tokens

@@ -28,7 +28,8 @@ in-step draft model's first token.
 
 Extension (`extend`, ggufspec.loop.extension): a draft model's full proposal takes the longest e
 tokens of a free drafter's continuation with pi_model(K) pi_free(e) / R >= v (v the verify line's
-slope, R the best rate); what continuations added lately prices the model's K (rule `extend_k`).
+slope, R the best rate; with switch_cost on, the e tokens together pay S, the change of rows, too);
+what continuations added lately prices the model's K (rule `extend_k`).
 
 Lossless: `choose` sees past rounds and the history only, never the target's output for the round
 it decides. The measurements behind each rule, and the ablation that kept it: docs/bench/controller.md.

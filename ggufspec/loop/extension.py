@@ -9,6 +9,12 @@ continuation with
     pi_m(K) pi_f(e) / R >= v
 (R the best rate, v the verify line's slope): a token pays for its verify row. What the
 continuation adds is priced into the model's K too (rule `extend_k`, ggufspec.loop.throughput).
+
+Where the target runs on a CUDA graph (rule switch_cost), an extension changes the verify's rows
+for one round: that round and the next (back to K + 1 rows) run without the graph, and the one
+after captures it again, S in all (costmodel.shape_s). So the e tokens pay S too:
+    sum_{i <= e} (pi_m(K) pi_f(i) / R - v) >= S,   else no extension.
+(pi_f is non-increasing, so the e above maximizes the sum: taking S off leaves e or nothing.)
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ class Extensions(Checks):
         full = self.prefix_accept(name, draft_len)[-1]
         rate = max(self._rates.values(), default=0.0) or (1.0 / self.base_s())  # type: ignore[operator]
         v = self.verify_s(draft_len + 1) - self.verify_s(draft_len)  # type: ignore[operator]
-        e = 0
+        e, gain = 0, 0.0
         for pi in self.prefix_accept(key, match_len):
             if full * pi / rate < v:
                 break
             e += 1
-        return e
+            gain += full * pi / rate - v
+        return e if e == 0 or gain >= self.shape_s() else 0
