@@ -11,8 +11,9 @@ continuation with
 continuation adds is priced into the model's K too (rule `extend_k`, ggufspec.loop.throughput).
 
 Where the target runs on a CUDA graph (rule switch_cost), an extension changes the verify's rows
-for one round: that round and the next (back to K + 1 rows) run without the graph, and the one
-after captures it again, S in all (costmodel.shape_s). So the e tokens pay S too:
+for one round: that round runs without the graph, and so do the next two (back at K + 1 rows, the
+second capturing it again): at least S, the measured way back to one row (two decodes without the
+graph and a capture; costmodel.shape_s). So the e tokens pay S too:
     sum_{i <= e} (pi_m(K) pi_f(i) / R - v) >= S,   else no extension.
 (pi_f is non-increasing, so the e above maximizes the sum: taking S off leaves e or nothing.)
 """
