@@ -57,6 +57,10 @@ class Hold(Exploration):
         self._rated: dict[str, float] = {}  # each source's estimate when last priced (a free drafter's by grade)
         self._held_at = -1  # the round whose choice a hold made
         self._grade_keys: dict[tuple[str, Sequence[int]], tuple[str, ...]] = {}  # (`held`: each grade's source)
+        # the hold one of whose free drafters' grades was rated over its bar (`held` with grades:
+        # not held whatever they propose, until the next pricing, the only one to change `_rated`,
+        # makes another hold)
+        self._grades_over: Held | None = None
 
     def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
         self._hold = None  # a new prompt: its openings and candidates decide afresh
@@ -71,17 +75,23 @@ class Hold(Exploration):
         before it counts them (a walk over the history, cache-cold after a decode). `grades`: free
         drafters not asked yet (not among `drafters`), each with the grades its proposals may have:
         held only where the round would be whatever they propose (ggufspec.loop.late)."""
-        if self._holding() is None:  # (the candidates' caps are learnt where the round is priced)
-            return None
+        h = self._holding()
+        if h is None or (grades is not None and self._grades_over is h):
+            return None  # (the candidates' caps are learnt where the round is priced, or asked again)
         lo = max(1, draft_min)
         caps, _, models = self._caps_now(drafters, draft_max=draft_max, lo=lo, remaining=remaining)
-        sources: list[str] = [*caps]
+        graded: list[str] = []
         for name, gs in (grades or {}).items():  # each grade's source, as if it proposed
             keys = self._grade_keys.get((name, gs))
             if keys is None:
                 keys = self._grade_keys[(name, gs)] = tuple(self._key(name, g) for g in gs)
-            sources += keys
-        return HELD if self._held(sources, models, lo, allow_none) else None
+            graded += keys
+        if self._held([*caps, *graded], models, lo, allow_none):
+            return HELD
+        bar = h.rate / (1.0 + self.settings.hold_margin)
+        if any(self._rated.get(n, math.inf) > bar for n in graded):
+            self._grades_over = h
+        return None
 
     def _caps_now(self, drafters: Sequence[Candidate], *, draft_max: int, lo: int,
                   remaining: int | None) -> tuple[dict[str, int], list[str], tuple[str, ...]]:
