@@ -958,6 +958,9 @@ def test_on_a_cuda_graph_an_extension_pays_for_the_change_of_rows() -> None:
     assert ext(warm(True, 10 * A)) == 0  # 4 tokens kept whole are worth less than 20 steps
     assert ext(warm(True, 0.01 * A)) == 4  # a cheap change: as without the graph
     assert ext(warm(True, 0.0)) == 4  # no change measured: the prior, one step a
+    off = warm(True, 10 * A)
+    off.settings = ControlSettings(switch_cost=True, extend_switch=False)
+    assert ext(off) == 4  # the rule off: the rows alone, as without the graph
 
 
 def test_an_extended_rounds_extra_rows_are_verify_rows_not_the_models_drafts() -> None:

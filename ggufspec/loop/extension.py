@@ -14,7 +14,7 @@ Where the target runs on a CUDA graph (rule switch_cost), an extension changes t
 for one round: that round runs without the graph, and so do the next two (back at K + 1 rows, the
 second capturing it again): at least S, the measured way back to one row (two decodes without the
 graph and a capture; costmodel.shape_s). So the e tokens pay S too:
-    sum_{i <= e} (pi_m(K) pi_f(i) / R - v) >= S,   else no extension.
+    sum_{i <= e} (pi_m(K) pi_f(i) / R - v) >= S,   else no extension   (`extend_switch`).
 (pi_f is non-increasing, so the e above maximizes the sum: taking S off leaves e or nothing.)
 """
 
@@ -42,4 +42,4 @@ class Extensions(Checks):
                 break
             e += 1
             gain += full * pi / rate - v
-        return e if e == 0 or gain >= self.shape_s() else 0
+        return e if e == 0 or not self.settings.extend_switch or gain >= self.shape_s() else 0

@@ -26,6 +26,7 @@
 #   serve         scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
 #                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b (2 passes)
 #                 then default (1)
+#   ab-extend-*   the same for rule extend's price of a change of rows (extend_switch), as-7b
 #   kvown-default the default pair's regime with the draft's own KV cache (--draft-kv own), against
 #                 regime-default's import of the target's
 #   exact-*       scripts/device/exactness.py on the default pair, then smollm2-as-7b: N greedy
@@ -164,6 +165,8 @@ measure() {
     log "serve: skipped (no llama-server at $LLAMA_SERVER; scripts/build_native.sh builds it)"
   fi
   (( CPU )) || step regime-as-1b 100 "$(regime regimes-as-1b as-1b "$limb")"
+  # rule extend on the graph: a continuation pays S, the change of rows (replayed only, docs/gpu.md)
+  step "ab-extend-$big" 150 "\$PY scripts/control_ab.py $abp $W/ab-extend-$big-tuned.json --regime $big --set tuned --limit $abn --ngl auto --old extend_switch=0 --new extend_switch=1"
   step "ab-switch-$big" 150 "$(ab "$big" tuned)"
   # the default pair's draft imports the target's KV cache (--draft-kv auto): on the H200 its
   # rounds cost ~2.6 ms more than the same draft's against the 7B stand-in, which it cannot share
