@@ -246,8 +246,8 @@ class Costs:
     capture = 0.0
 
     def bare_s(self, replay: float) -> float:
-        """A decode without the graph that costs `replay` with it."""
-        return max(self.uncaptured or 0.0, replay + self.launch)
+        """A decode without the graph that costs `replay` with it (fakes.CudaGraph.bare)."""
+        return CudaGraph(self.uncaptured or 0.0, self.capture, self.launch).bare(replay)
 
     def python_s(self, k: int, *, controlled: bool = False) -> float:
         """Our Python in a round of k drafts (the verify's logits, the acceptance, bookkeeping),

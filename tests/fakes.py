@@ -90,9 +90,13 @@ class CudaGraph:
     shape: int = -1
     captured: bool = False
 
+    def bare(self, replay: float) -> float:
+        """Seconds of a decode without the graph that costs `replay` with it."""
+        return max(self.uncaptured, replay + self.launch)
+
     def cost(self, rows: int, replay: float) -> float:
         """Seconds of a decode of `rows` rows that costs `replay` when its graph replays."""
-        bare = max(self.uncaptured, replay + self.launch)
+        bare = self.bare(replay)
         if rows != self.shape:
             self.shape, self.captured = rows, False
             return bare

@@ -38,8 +38,9 @@ class Extensions(Checks):
         v = self.verify_s(draft_len + 1) - self.verify_s(draft_len)  # type: ignore[operator]
         e, gain = 0, 0.0
         for pi in self.prefix_accept(key, match_len):
-            if full * pi / rate < v:
+            worth = full * pi / rate - v  # the e-th token's seconds at the best rate, less its row
+            if worth < 0.0:
                 break
             e += 1
-            gain += full * pi / rate - v
+            gain += worth
         return e if e == 0 or not self.settings.extend_switch or gain >= self.shape_s() else 0

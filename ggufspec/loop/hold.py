@@ -88,7 +88,7 @@ class Hold(Exploration):
             graded += keys
         if self._held([*caps, *graded], models, lo, allow_none):
             return HELD
-        bar = h.rate / (1.0 + self.settings.hold_margin)
+        bar = self._hold_bar(h)
         if any(self._rated.get(n, math.inf) > bar for n in graded):
             self._grades_over = h
         return None
@@ -121,13 +121,17 @@ class Hold(Exploration):
         h = self._hold
         return h if h is not None and self.round <= h.until and not self._recheck else None
 
+    def _hold_bar(self, h: Held) -> float:
+        """The estimate under which a source leaves hold `h` standing (its rate over 1 + `hold_margin`)."""
+        return h.rate / (1.0 + self.settings.hold_margin)
+
     def _held(self, sources: Iterable[str], models: tuple[str, ...], lo: int, allow_none: bool) -> bool:
         """Does a hold cover this round, among the candidates' `sources` (module docstring)? If
         so, its round is marked held (`_defers`)."""
         h = self._holding()
         if h is None or (h.models, h.lo, h.allow_none) != (models, lo, allow_none):
             return False
-        bar, rated = h.rate / (1.0 + self.settings.hold_margin), self._rated
+        bar, rated = self._hold_bar(h), self._rated
         for n in sources:
             if n != NONE and n not in models and rated.get(n, math.inf) > bar:
                 return False
