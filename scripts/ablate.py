@@ -30,7 +30,7 @@ from trace_sim import PROFILES, Costs, Policy, load_profile, replay  # noqa: E40
 BENCH = Path("docs/bench/epyc-first/bench.json")
 REGIMES = ("h200-135m", "rtx3090-8b", "epyc-micro", "epyc-loop", "epyc-q8_0", "epyc-q4_1")
 # on a CUDA graph (rule switch_cost on in the replay): asked for by name, not in the default table
-GRAPH_REGIMES = ("h200-135m-graphs", "h200-135m-run4", "h200-as7b-graphs")
+GRAPH_REGIMES = ("h200-135m-graphs", "h200-135m-run4", "h200-as7b-graphs", "h200-as7b-slowstart")
 RULES = {  # rule -> the default with it off
     "two-level rate": "default@two_level=0", "verify prior 1/4 (off: 1)": "default@verify_prior_weight=1",
     "first-call cost": "default@first_call=0", "winsor": "default@winsor=inf", "hysteresis": "default@hysteresis=0",
@@ -41,6 +41,7 @@ RULES = {  # rule -> the default with it off
     "hold": "default@hold=0", "hopeless budget (off: every 128 rounds)": "default@hopeless_share=1",
     "check pricing": "default@check_pricing=0", "continuation-priced K": "default@extend_k=0",
     "switch cost (graphs only)": "default@switch_cost=0", "extension pays S (graphs only)": "default@extend_switch=0",
+    "probe b": "default@probe_b=0",
 }
 
 

@@ -231,9 +231,15 @@ class Costs:
             costs.uncaptured = float(profile.get("uncaptured_ms", 0.0)) * ms
             costs.launch = float(profile.get("launch_ms", 0.0)) * ms
             costs.capture = float(profile.get("capture_ms", 0.0)) * ms
+        # a slow start: the first `slow_start_rounds` rounds in which a controller's draft model makes
+        # more than one call cost `slow_start_ms` more a later call (see PROFILES' h200-as7b-slowstart)
+        costs.slow_rounds = int(profile.get("slow_start_rounds", 0))
+        costs.slow_b = float(profile.get("slow_start_ms", 0.0)) * ms
         costs.source = str(profile.get("name", "profile"))
         return costs
 
+    slow_rounds = 0  # a slow start (profiles only): rounds of later draft calls that cost slow_b more
+    slow_b = 0.0
     python_ctl = 0.0  # our Python a round on top of python_s where the controller chose to draft (profiles only)
     python_ctl_none = 0.0  # ... where it chose the target alone (a held choice prices nothing)
     # A GPU's graph of the target (profile keys `uncaptured_ms`, `launch_ms`, `capture_ms`):
@@ -339,6 +345,18 @@ PROFILES: dict[str, dict[str, Any]] = {
         "name": "h200-as7b-graphs", "target_step_ms": 7.32, "verify_ms": {1: 7.32, 3: 9.85, 5: 13.31, 9: 13.88},
         "draft_step_ms": 1.17, "draft_first_extra_ms": 1.25, "python_round_ms": 0.125, "python_draft_ms": 0.055,
         "python_controller_ms": 0.45, "python_controller_none_ms": 0.1, "launch_ms": 3.2, "capture_ms": 1.0,
+    },
+    # The same with a slow start (a hypothesis, not a measurement): the fourth run's first generation
+    # of the draft model alone under a fresh controller (as-7b chat-01, repeat 0) ran K = 1 in 59 of
+    # 65 rounds at 157 tok/s (294 in the next repeat, K = 8); the replay reproduces that signature
+    # ({0: 4, 1: 60, 3: 1} at 156 tok/s) when the first 2 rounds with later draft calls cost 20 ms
+    # more a call (a first use, a busy host): one slow measurement of b held K = 1 (which never
+    # measures b) or judged the model hopeless for thousands of rounds (rule probe_b).
+    "h200-as7b-slowstart": {
+        "name": "h200-as7b-slowstart", "target_step_ms": 7.32, "verify_ms": {1: 7.32, 3: 9.85, 5: 13.31, 9: 13.88},
+        "draft_step_ms": 1.17, "draft_first_extra_ms": 1.25, "python_round_ms": 0.125, "python_draft_ms": 0.055,
+        "python_controller_ms": 0.45, "python_controller_none_ms": 0.1, "launch_ms": 3.2, "capture_ms": 1.0,
+        "slow_start_rounds": 2, "slow_start_ms": 20.0,
     },
     # A consumer 7B-class GPU: llama 8B Q4_0 on an RTX 3090 (FlashAttention on), a 1B Q4 draft.
     # - target: llama-bench pp512 at micro-batch sizes 1-8 (the master column) in
@@ -554,8 +572,9 @@ class TraceDrafter:
     grades = ()
     kv_shared = True
 
-    def __init__(self, r: Replayed, sim: ReplayClock, costs: Costs) -> None:
+    def __init__(self, r: Replayed, sim: ReplayClock, costs: Costs, slow: list[int] | None = None) -> None:
         self.r, self.sim, self.costs = r, sim, costs
+        self.slow = slow if slow is not None else [0]  # rounds of the slow start left (shared by a policy's generations)
         self._round = -1  # the target's round (`ReplayClock.verifies`) of the last call
         self._start = 0  # the history's length at that round's first call
 
@@ -585,13 +604,18 @@ class TraceDrafter:
         good = min(k, r.accepted_at[at] - j) if on_path else 0
         tokens = (*r.seq[n:n + good], *[r.wrong] * (k - good))
         jitter = self.sim.jitter
-        seconds = (first + (calls - 1) * self.costs.b) * jitter
+        b = self.costs.b
+        if calls > 1 and self.slow[0] > 0:  # the slow start: this round's later calls
+            self.slow[0] -= 1
+            b += self.costs.slow_b
+        seconds = (first + (calls - 1) * b) * jitter
         self.sim.t += seconds
         return Draft(tokens, (None,) * len(tokens), seconds, decode_calls=calls, first_s=first * jitter)
 
 
 def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController | None, costs: Costs,
-                    rng: random.Random, noise: float, max_tokens: int = MAX_TOKENS) -> RunStats:
+                    rng: random.Random, noise: float, max_tokens: int = MAX_TOKENS,
+                    slow: list[int] | None = None) -> RunStats:
     """One generation of the trace's prompt under `policy` through the real loop
     (`ggufspec.loop.engine.generate`) on the fakes above and a simulated clock; its stats' `gen_s`
     is the time it takes (the first token, from the prefill, excluded)."""
@@ -604,7 +628,7 @@ def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController 
     sim = ReplayClock(rng, noise)
     fixed = policy.kind == "fixed"
     target = TraceTarget(r, sim, costs, controlled=not fixed)
-    drafters: list[Drafter] = [TraceDrafter(r, sim, costs)]
+    drafters: list[Drafter] = [TraceDrafter(r, sim, costs, slow)]
     if policy.kind == "default":
         drafters.append(LookupDrafter())
     length = DraftLengthSettings(draft_max=policy.draft_max, draft_p_min=policy.p_min, draft_extend=policy.extend,
@@ -633,6 +657,7 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
         rng = random.Random(seed)
         gpu = costs.uncaptured is not None
         ctls = {p: DraftController(settings=p.settings(gpu=gpu)) for p in policies if p.kind != "fixed"}  # one per policy, kept across prompts
+        slow = {p: [costs.slow_rounds] for p in policies}  # each policy's slow start, as its controller's
         rounds: list[Any] = []
         if traced is not None and generations is not None:
             observe = ctls[traced].observe
@@ -647,7 +672,7 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
                 if costs.uncaptured is not None:  # its first two steps after the prefill: no graph yet
                     alone += 2 * (costs.bare_s(costs.a) - costs.a) + costs.capture
                 for policy in policies:
-                    seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise).gen_s
+                    seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise, slow=slow[policy]).gen_s
                     speedups[(policy, pid)].append(alone / seconds)
                     if policy == traced and generations is not None:
                         generations.append((t, seconds, rounds[:]))

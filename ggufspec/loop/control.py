@@ -104,8 +104,7 @@ class DraftController(Extensions):
         if allow_none or not options:
             options[NONE] = (0, 1.0 / a if a else None)
         if len(options) == 1:
-            name, (k, _) = next(iter(options.items()))
-            return Choice(None if name == NONE else name, k)
+            return self._only(options, lo, caps)
         if (a is None or self._recheck) and NONE in options:  # calibrate: a is the unit of every estimate
             self._recheck = False
             return Choice(None, 0, retry=True)
@@ -125,8 +124,7 @@ class DraftController(Extensions):
         self._price_backlogs(drafters, options, rates, self._pooled, self._prior,
                              HORIZON if remaining is None else remaining)
         if len(options) == 1:
-            name, (k, _) = next(iter(options.items()))
-            return Choice(None if name == NONE else name, k)
+            return self._only(options, lo, caps)
         waits = {n: self._wait(n) for n in options}
         oldest = max(options, key=lambda n: waits[n])  # the longest waiting
         again, self._confirm = self._confirm, None
@@ -140,8 +138,7 @@ class DraftController(Extensions):
                 held[self._last] = max(held[self._last], self._pooled[self._last])
             name = max(options, key=lambda n: held[n])  # ties: the first drafter given, none last
             k = options[name][0]
-            if (self.settings.k_probe and name != NONE and not self._drafters[name].free
-                    and self.round - self._k_probe.get(name, 0) >= self.settings.retry):
+            if name != NONE and not self._drafters[name].free and self._probe_due(name):
                 self._k_probe[name] = self.round
                 k = self._retry_len(name, lo, caps[name], k, optimistic=True)
             elif name == NONE:
@@ -153,6 +150,17 @@ class DraftController(Extensions):
         self._probe = (lo, caps[oldest])
         k = options[oldest][0] if oldest == NONE else self._retry_len(oldest, lo, caps[oldest], options[oldest][0])
         return Choice(None if oldest == NONE else oldest, k, retry=True)
+
+    def _only(self, options: dict[str, tuple[int, float | None]], lo: int, caps: dict[str, int]) -> Choice:
+        """The one source left (always-draft with one draft model, or the target alone): a draft
+        model still takes its K probes (rule `probe_b`; without them a K = 1 never measures b again)."""
+        name, (k, _) = next(iter(options.items()))
+        if name == NONE:
+            return Choice(None, k)
+        if self.settings.probe_b and not self._drafters[name].free and self._probe_due(name):
+            self._k_probe[name] = self.round
+            k = self._retry_len(name, lo, caps[name], k, optimistic=True)
+        return Choice(name, k)
 
     def observe(self, r: Round) -> None:
         """A round ended (`Round`: what ran, what was drafted, kept and emitted, and its seconds).

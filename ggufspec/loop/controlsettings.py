@@ -16,6 +16,7 @@ V1 = 0.2  # each further row
 U_MODEL = 0.3  # prior catch-up cost of a draft model, per token of backlog
 SYNCED = 2  # a backlog this small is a normal round's (a full accept leaves 2 tokens to decode)
 HORIZON = 256  # tokens a generation is assumed to have left when the caller does not say
+FEW_B = 4  # rule probe_b: a draft model's b measured fewer times is their minimum, and K probes come every 4 n rounds
 PRIOR_WEIGHT = 0.25  # each of the verify line's two prior points, against a median's min(n, 4)
 
 
@@ -53,6 +54,7 @@ class ControlSettings:
     unsettled: bool = True  # a model run < retry / 2 times: a retry priced at the prior, prefilled when due
     optimistic_retry: bool = True  # a retry of a draft model runs at the optimistic K
     k_probe: bool = True  # once every `retry` rounds the chosen model runs at the optimistic K
+    probe_b: bool = True  # a model's retry, opening or K probe drafts at least 2 tokens (K = 1 never measures b)
     free_prompt: bool = True  # a free drafter's curve and rate are this generation's over the pooled
     grades: bool = True  # a free drafter's grades are sources of their own
     catchup_pricing: bool = True  # a model with a backlog runs only where its catch-up pays

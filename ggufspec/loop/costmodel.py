@@ -22,9 +22,9 @@ slow point at K = 8 bent the verify line so that K = 8 never ran again. `expire`
 hopeless retries' interval where nothing pays (the measurements: docs/bench/controller.md).
 
 D_d(K): drafter d's seconds for K tokens, K decode calls: b_d the low median of the last
-`window` calls after a round's first, f_d of its first call (rule `first_call`: the first call
-imports the target's cache and decodes what the last round left; off: D = K b, b the draft's
-seconds over its tokens). A free drafter (prompt lookup) costs b = 0.
+`window` calls after a round's first (their minimum while fewer than FEW_B: rule `probe_b`), f_d
+of its first call (rule `first_call`: the first call imports the target's cache and decodes what
+the last round left; off: D = K b, b the draft's seconds over its tokens). A free drafter (prompt lookup) costs b = 0.
 
 u_d: a draft model's catch-up seconds a token of history it missed (median; prior 0.3 a).
 
@@ -39,7 +39,7 @@ Measurements behind each choice: docs/bench/controller.md.
 
 from __future__ import annotations
 
-from ggufspec.loop.controlsettings import U_MODEL, V0, V1, ControlSettings, per_state
+from ggufspec.loop.controlsettings import FEW_B, U_MODEL, V0, V1, ControlSettings, per_state
 from ggufspec.loop.estimates import DrafterModel, Realized, Samples, fit_line
 from ggufspec.loop.rounds import Round
 
@@ -138,7 +138,11 @@ class CostModel:
         a = self.base_s()
         if m is None or a is None:
             return None
-        b = self._recent(m.per_token, self._fresh())
+        samples = m.per_token
+        if self.settings.probe_b and len(samples) < FEW_B:  # a few measurements: the fastest (rule probe_b)
+            b = samples.median(self.round, self._fresh(), low=True, expire=self.settings.expire)
+        else:
+            b = self._recent(samples, self._fresh())
         return b if b is not None else m.b_prior * a
 
     def _first_s(self, name: str, b: float) -> float:

@@ -11,6 +11,15 @@ A free drafter is never retried (scored every round: full information). A retry 
 runs at the optimistic K (rule `optimistic_retry`: each c(j) at least alpha0), and once every
 `retry` rounds the model the estimates chose does too (rule `k_probe`).
 
+Probe b (rule `probe_b`): b, a draft model's call after a round's first, is measured only in a
+round of K >= 2, so one slow measurement (a first use, a busy moment) could make K = 1 the best
+length, which never measures it again, or make the model hopeless for D(cap) / (1% a) rounds. So
+a retry, an opening and a K probe draft at least 2 tokens; K probes come every 4 n rounds while b
+was measured n < FEW_B (4) times, always-draft's one candidate included; b from so few is their
+fastest (ggufspec.loop.costmodel); and a model judged hopeless on one measurement of b is retried
+every retry x spacing (x (1 + S / a)) rounds, not on its budget (the fourth H200 run's K = 1 in 59
+of 65 rounds of a fresh controller, reproduced in the replay: docs/bench/controller.md).
+
 Confirm: a retry after which the source's estimate, or the retry round's own rate, beats the
 best other source's runs again, up to `confirm` more rounds.
 
@@ -50,7 +59,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from ggufspec.loop.catchup import CatchUp
-from ggufspec.loop.controlsettings import SYNCED, ControlSettings
+from ggufspec.loop.controlsettings import FEW_B, SYNCED, ControlSettings
 from ggufspec.loop.rounds import NONE, Candidate, Choice
 
 
@@ -107,9 +116,13 @@ class Exploration(CatchUp):
     def _hopeless_interval(self, name: str) -> float:
         """Rounds between two retries of hopeless draft model `name` (module docstring)."""
         st = self.settings
-        a, d = self.base_s(), self.draft_cost_s(name, self._caps.get(name, 1))
-        budget = (d + self.switch_s(now=False)) / (st.hopeless_share * a) if a and d else 0.0
-        return max(st.retry * st.spacing, budget)
+        a, s = self.base_s(), self.switch_s(now=False)
+        floor = st.retry * st.spacing * (1.0 + s / a if a else 1.0)
+        if st.probe_b and len(self._drafters[name].per_token) < 2:  # judged on one measurement of b
+            return floor
+        d = self.draft_cost_s(name, self._caps.get(name, 1))
+        budget = (d + s) / (st.hopeless_share * a) if a and d else 0.0
+        return max(floor if st.probe_b else st.retry * st.spacing, budget)
 
     def _spacing(self, name: str) -> float:
         """x_s = (P_best / P_s)^2 by the rates over all generations, within [1, `spacing`]."""
@@ -119,6 +132,14 @@ class Exploration(CatchUp):
             return 1.0
         return min(self.settings.spacing, (best / own) ** 2)
 
+    def _probe_due(self, name: str) -> bool:
+        """Rule `k_probe`: draft model `name` runs at the optimistic K this round: `retry` rounds since
+        its last K probe, or 4 n while its b was measured n < FEW_B times (rule `probe_b`)."""
+        st = self.settings
+        n = len(self._drafters[name].per_token)
+        every = max(4, 4 * n) if st.probe_b and n < FEW_B else st.retry
+        return st.k_probe and self.round - self._k_probe.get(name, 0) >= every
+
     def _retry_len(self, name: str, lo: int, cap: int, k: int, *, optimistic: bool | None = None) -> int:
         """K of a retry of draft model `name`: the best under the optimistic curve (a free
         drafter's K is its match, as chosen)."""
@@ -126,7 +147,8 @@ class Exploration(CatchUp):
             return k
         best = self.best_len(name, lo=lo, cap=cap,
                              optimistic=self.settings.optimistic_retry if optimistic is None else optimistic)
-        return best[0] if best is not None else k
+        k = best[0] if best is not None else k
+        return max(k, min(2, cap)) if self.settings.probe_b else k
 
     def wants(self, name: str, *, backlog: int | None = None, remaining: int | None = None) -> bool:
         """Should draft model `name` be prefilled with a new prompt (module docstring)? `backlog`:
