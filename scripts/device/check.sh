@@ -156,6 +156,9 @@ measure() {
   # the models where run puts them (every layer on the GPU), the draft decoding one row at a time
   step regime-default 120 "$(regime regimes-default default "$lim")"
   step "regime-$big" 150 "$(regime "regimes-$big" "$big" "$limb")"
+  # a user's one-shot run: a fresh process and controller each (rule probe_b; the fourth run's first
+  # generation under a fresh controller ran K = 1 in 59 of 65 rounds, docs/bench/controller.md)
+  step "firstgen-$big" 120 "\$PY scripts/device/firstgen.py --pair $pair --runs 3 -n $n --out $W/firstgen-$big.json"
   # the controller's rule switch_cost (on where the target runs on a GPU) off against on, in lockstep
   step ab-switch-default 120 "$(ab default tuned); $(ab default heldout)"
   if [[ -x "$LLAMA_SERVER" ]]; then
