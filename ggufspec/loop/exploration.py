@@ -17,8 +17,7 @@ length, which never measures it again, or make the model hopeless for D(cap) / (
 a retry, an opening and a K probe draft at least 2 tokens; K probes come every 4 n rounds while b
 was measured n < FEW_B (4) times, always-draft's one candidate included; b from so few is their
 fastest (ggufspec.loop.costmodel); and a model judged hopeless on one measurement of b is retried
-every retry x spacing (x (1 + S / a)) rounds, not on its budget (the fourth H200 run's K = 1 in 59
-of 65 rounds of a fresh controller, reproduced in the replay: docs/bench/controller.md).
+every retry x spacing (x (1 + S / a)) rounds, not on its budget (docs/bench/controller.md).
 
 Confirm: a retry after which the source's estimate, or the retry round's own rate, beats the
 best other source's runs again, up to `confirm` more rounds.
