@@ -123,13 +123,25 @@ class CostModel:
     def _verify_line(self, a: float) -> tuple[float, float]:
         """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (module docstring)."""
         w = self.settings.verify_prior_weight
-        pts = [(1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)]  # (K, V(K) - a, weight)
-        fresh = self._fresh()
+        sw = sx = sxx = sy = sxy = 0.0
+        # the points (K, V(K) - a, weight): the prior's two, then each K's median, summed in that order
+        for x, y, wt in ((1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)):
+            sw += wt
+            sx += wt * x
+            sxx += wt * x * x
+            sy += wt * y
+            sxy += wt * x * y
+        now, fresh, expire = self.round, self._fresh(), self.settings.expire
         for k, samples in self._verify.items():
-            m = self._recent(samples, fresh)
+            m = samples.median(now, fresh, expire=expire)
             if m is not None:
-                pts.append((float(k), m - a, float(min(len(samples), 4))))
-        return fit_line(pts)
+                x, y, wt = float(k), m - a, float(min(len(samples), 4))
+                sw += wt
+                sx += wt * x
+                sxx += wt * x * x
+                sy += wt * y
+                sxy += wt * x * y
+        return fit_line(sw, sx, sxx, sy, sxy)
 
     @per_state
     def per_token_s(self, name: str) -> float | None:
@@ -215,17 +227,19 @@ class CostModel:
         f = self._first_s(name, b) + self.switch_s(name)
         return (a, *[max(a + v0 + v * k + f + (k - 1) * b, 1e-12) for k in range(1, cap + 1)])
 
-    @per_state
     def ceiling_rate(self, name: str, *, lo: int, cap: int) -> float | None:
         """max_{lo <= K <= cap} (K + 1) / T(K): the most drafter `name` could deliver, every draft accepted."""
+        if self._pending:  # (asked once a state: read without a memo, after the held rounds)
+            self.replay()
         costs = self.round_costs(name, cap) if cap >= lo else None
         if costs is None:
             return None
         return max((k + 1) / costs[k] for k in range(lo, cap + 1))
 
-    @per_state
     def prior_rate(self, name: str, *, lo: int, cap: int) -> float | None:
         """max_K E(K) / T(K) with the measured costs and the prior accept rate alpha0."""
+        if self._pending:  # (asked once a state: read without a memo, after the held rounds)
+            self.replay()
         costs = self.round_costs(name, cap) if cap >= lo else None
         if costs is None:
             return None

@@ -57,9 +57,10 @@ class Rates(CostModel):
         """The curve of free drafter `name`'s continuations of a model's drafts, of `grade` (`extend`)."""
         return f"{name}+{grade}"
 
-    @per_state
     def prefix_accept(self, name: str, n: int, *, optimistic: bool = False) -> tuple[float, ...]:
         """pi_d(1..n): P(the first i drafts of `name` are all accepted), i = 1..n (module docstring)."""
+        if self._pending:  # (asked once a state: read without a memo, after the held rounds)
+            self.replay()
         m = self._drafters[name]
         self._decay_accepts(m)
         out, pi, cond, alpha0 = [], 1.0, m.alpha0, m.alpha0
@@ -113,9 +114,10 @@ class Rates(CostModel):
         """R_s (P_s where `pooled`): a source's realized tokens a second, shrunk (module docstring)."""
         return self._throughputs(name, prior_rate)[1 if pooled else 0]
 
-    @per_state
     def _throughputs(self, name: str, prior_rate: float | None) -> tuple[float | None, float | None]:
         """(R_s, P_s): `choose` asks both of each source."""
+        if self._pending:  # (asked once a state: read without a memo, after the held rounds)
+            self.replay()
         a = self.base_s()
         s = self._source(name)
         d = self._drafters.get(name)
