@@ -158,7 +158,7 @@ measure() {
   step "regime-$big" 150 "$(regime "regimes-$big" "$big" "$limb")"
   # a user's one-shot run: a fresh process and controller each (rule probe_b; the fourth run's first
   # generation under a fresh controller ran K = 1 in 59 of 65 rounds, docs/bench/controller.md)
-  step "firstgen-$big" 120 "\$PY scripts/device/firstgen.py --pair $pair --runs 3 -n $n --out $W/firstgen-$big.json"
+  step "firstgen-$big" 150 "\$PY scripts/device/firstgen.py --pair $pair --runs 2 -n $n --out $W/firstgen-$big.json"
   # the controller's rule switch_cost (on where the target runs on a GPU) off against on, in lockstep
   step ab-switch-default 120 "$(ab default tuned); $(ab default heldout)"
   if [[ -x "$LLAMA_SERVER" ]]; then
