@@ -24,7 +24,8 @@ hopeless retries' interval where nothing pays (the measurements: docs/bench/cont
 D_d(K): drafter d's seconds for K tokens, K decode calls: b_d the low median of the last
 `window` calls after a round's first (their minimum while fewer than FEW_B: rule `probe_b`), f_d
 of its first call (rule `first_call`: the first call imports the target's cache and decodes what
-the last round left; off: D = K b, b the draft's seconds over its tokens). A free drafter (prompt lookup) costs b = 0.
+the last round left; off: D = K b, b the draft's seconds over its tokens). A free drafter (prompt
+lookup) costs b = 0.
 
 u_d: a draft model's catch-up seconds a token of history it missed (median; prior 0.3 a).
 
