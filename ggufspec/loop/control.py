@@ -138,11 +138,10 @@ class DraftController(Extensions):
                 held[self._last] = max(held[self._last], self._pooled[self._last])
             name = max(options, key=lambda n: held[n])  # ties: the first drafter given, none last
             k = options[name][0]
-            if name != NONE and not self._drafters[name].free and self._probe_due(name):
-                self._k_probe[name] = self.round
-                k = self._retry_len(name, lo, caps[name], k, optimistic=True)
-            elif name == NONE:
+            if name == NONE:
                 self._hold_none(held, models, lo, allow_none)
+            elif not self._drafters[name].free:
+                k = self._probed_len(name, lo, caps[name], k)
             return Choice(None if name == NONE else name, k)
         else:
             self._confirming = False
@@ -157,9 +156,8 @@ class DraftController(Extensions):
         name, (k, _) = next(iter(options.items()))
         if name == NONE:
             return Choice(None, k)
-        if self.settings.probe_b and not self._drafters[name].free and self._probe_due(name):
-            self._k_probe[name] = self.round
-            k = self._retry_len(name, lo, caps[name], k, optimistic=True)
+        if self.settings.probe_b and not self._drafters[name].free:
+            k = self._probed_len(name, lo, caps[name], k)
         return Choice(name, k)
 
     def observe(self, r: Round) -> None:

@@ -90,10 +90,10 @@ class CostModel:
         """Rounds within which a timing sample is fresh."""
         return 2 * self.settings.retry
 
-    def _recent(self, samples: Samples, horizon: int) -> float | None:
-        """What drafting cost, from `samples`: their low median, fresh ones (the last `horizon`
-        rounds) preferred, none older than `expire` (None: none left, the prior's turn)."""
-        return samples.median(self.round, horizon, expire=self.settings.expire)
+    def _recent(self, samples: Samples, horizon: int, *, low: bool = False) -> float | None:
+        """What drafting cost, from `samples`: their low median (`low`: their minimum), fresh ones
+        (the last `horizon` rounds) preferred, none older than `expire` (None: none left, the prior's turn)."""
+        return samples.median(self.round, horizon, low=low, expire=self.settings.expire)
 
     @per_state
     def base_s(self) -> float | None:
@@ -124,25 +124,11 @@ class CostModel:
     def _verify_line(self, a: float) -> tuple[float, float]:
         """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (module docstring)."""
         w = self.settings.verify_prior_weight
-        sw = sx = sxx = sy = sxy = 0.0
-        # the points (K, V(K) - a, weight): the prior's two, then each K's median, summed in that order
-        for x, y, wt in ((1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)):
-            sw += wt
-            sx += wt * x
-            sxx += wt * x * x
-            sy += wt * y
-            sxy += wt * x * y
-        now, fresh, expire = self.round, self._fresh(), self.settings.expire
-        for k, samples in self._verify.items():
-            m = samples.median(now, fresh, expire=expire)
-            if m is not None:
-                x, y, wt = float(k), m - a, float(min(len(samples), 4))
-                sw += wt
-                sx += wt * x
-                sxx += wt * x * x
-                sy += wt * y
-                sxy += wt * x * y
-        return fit_line(sw, sx, sxx, sy, sxy)
+        fresh = self._fresh()
+        pts = [(1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)]  # (K, V(K) - a, weight)
+        pts += [(float(k), m - a, float(min(len(samples), 4))) for k, samples in self._verify.items()
+                if (m := self._recent(samples, fresh)) is not None]
+        return fit_line(pts)
 
     @per_state
     def per_token_s(self, name: str) -> float | None:
@@ -151,11 +137,8 @@ class CostModel:
         a = self.base_s()
         if m is None or a is None:
             return None
-        samples = m.per_token
-        if self.settings.probe_b and len(samples) < FEW_B:  # a few measurements: the fastest (rule probe_b)
-            b = samples.median(self.round, self._fresh(), low=True, expire=self.settings.expire)
-        else:
-            b = self._recent(samples, self._fresh())
+        few = self.settings.probe_b and len(m.per_token) < FEW_B  # a few measurements: the fastest (rule probe_b)
+        b = self._recent(m.per_token, self._fresh(), low=few)
         return b if b is not None else m.b_prior * a
 
     def _first_s(self, name: str, b: float) -> float:
@@ -230,8 +213,7 @@ class CostModel:
 
     def ceiling_rate(self, name: str, *, lo: int, cap: int) -> float | None:
         """max_{lo <= K <= cap} (K + 1) / T(K): the most drafter `name` could deliver, every draft accepted."""
-        if self._pending:  # (asked once a state: read without a memo, after the held rounds)
-            self.replay()
+        self.replay()  # (asked once a state: read without a memo, after the held rounds)
         costs = self.round_costs(name, cap) if cap >= lo else None
         if costs is None:
             return None
@@ -239,8 +221,7 @@ class CostModel:
 
     def prior_rate(self, name: str, *, lo: int, cap: int) -> float | None:
         """max_K E(K) / T(K) with the measured costs and the prior accept rate alpha0."""
-        if self._pending:  # (asked once a state: read without a memo, after the held rounds)
-            self.replay()
+        self.replay()  # (asked once a state: read without a memo, after the held rounds)
         costs = self.round_costs(name, cap) if cap >= lo else None
         if costs is None:
             return None

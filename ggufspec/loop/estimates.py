@@ -108,12 +108,17 @@ class Realized:
         self.cur_seconds = self.cur_seconds * current + seconds
 
 
-def fit_line(sw: float, sx: float, sxx: float, sy: float, sxy: float) -> tuple[float, float]:
-    """(y0, slope): weighted least squares of y = y0 + slope * x from the points' sums (sw = sum w,
-    sx = sum w x, sxx = sum w x^2, sy = sum w y, sxy = sum w x y), neither negative (more rows
-    never cost less: a flat line through the weighted mean; nor does the first cost less than
-    nothing: a line through the origin). The caller sums: the controller fits this line every
-    priced round, from a dozen points it reads in one pass."""
+def fit_line(points: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """(y0, slope): weighted least squares of y = y0 + slope * x through (x, y, weight) points,
+    neither negative (more rows never cost less: a flat line through the weighted mean; nor does
+    the first cost less than nothing: a line through the origin)."""
+    sw = sx = sxx = sy = sxy = 0.0
+    for x, y, w in points:  # (one pass: the controller fits this line every round)
+        sw += w
+        sx += w * x
+        sxx += w * x * x
+        sy += w * y
+        sxy += w * x * y
     det = sw * sxx - sx * sx
     slope = (sw * sxy - sx * sy) / det if det > 0 else 0.0
     y0 = (sy - slope * sx) / sw if sw > 0 else 0.0

@@ -131,13 +131,17 @@ class Exploration(CatchUp):
             return 1.0
         return min(self.settings.spacing, (best / own) ** 2)
 
-    def _probe_due(self, name: str) -> bool:
-        """Rule `k_probe`: draft model `name` runs at the optimistic K this round: `retry` rounds since
-        its last K probe, or 4 n while its b was measured n < FEW_B times (rule `probe_b`)."""
+    def _probed_len(self, name: str, lo: int, cap: int, k: int) -> int:
+        """Rule `k_probe`: the K of draft model `name` chosen at `k`, the optimistic K where a probe
+        is due: `retry` rounds since its last, or 4 n while its b was measured n < FEW_B times (rule
+        `probe_b`)."""
         st = self.settings
         n = len(self._drafters[name].per_token)
         every = max(4, 4 * n) if st.probe_b and n < FEW_B else st.retry
-        return st.k_probe and self.round - self._k_probe.get(name, 0) >= every
+        if not st.k_probe or self.round - self._k_probe.get(name, 0) < every:
+            return k
+        self._k_probe[name] = self.round
+        return self._retry_len(name, lo, cap, k, optimistic=True)
 
     def _retry_len(self, name: str, lo: int, cap: int, k: int, *, optimistic: bool | None = None) -> int:
         """K of a retry of draft model `name`: the best under the optimistic curve (a free

@@ -59,8 +59,7 @@ class Rates(CostModel):
 
     def prefix_accept(self, name: str, n: int, *, optimistic: bool = False) -> tuple[float, ...]:
         """pi_d(1..n): P(the first i drafts of `name` are all accepted), i = 1..n (module docstring)."""
-        if self._pending:  # (asked once a state: read without a memo, after the held rounds)
-            self.replay()
+        self.replay()  # (asked once a state: read without a memo, after the held rounds)
         m = self._drafters[name]
         self._decay_accepts(m)
         out, pi, cond, alpha0 = [], 1.0, m.alpha0, m.alpha0
@@ -116,8 +115,7 @@ class Rates(CostModel):
 
     def _throughputs(self, name: str, prior_rate: float | None) -> tuple[float | None, float | None]:
         """(R_s, P_s): `choose` asks both of each source."""
-        if self._pending:  # (asked once a state: read without a memo, after the held rounds)
-            self.replay()
+        self.replay()  # (asked once a state: read without a memo, after the held rounds)
         a = self.base_s()
         s = self._source(name)
         d = self._drafters.get(name)

@@ -23,8 +23,7 @@ from ggufspec.bench.atomic import write_atomic
 
 
 def one(pair: str, prompt: str, n: int, extra: list[str]) -> dict:
-    cli = "import sys; from ggufspec.cli import main; sys.argv[0] = 'ggufspec'; sys.exit(main())"
-    cmd = [sys.executable, "-c", cli, "run", "--pair", pair, "--chat", "-p", prompt, "-n", str(n), "--json", *extra]
+    cmd = [sys.executable, "-m", "ggufspec.cli", "run", "--pair", pair, "--chat", "-p", prompt, "-n", str(n), "--json", *extra]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     stats = json.loads(out)["stats"]
     return {k: stats[k] for k in ("gen_tps", "k_hist", "drafter_rounds", "rounds", "generated_tokens")}
