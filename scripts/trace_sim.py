@@ -346,18 +346,6 @@ PROFILES: dict[str, dict[str, Any]] = {
         "draft_step_ms": 1.17, "draft_first_extra_ms": 1.25, "python_round_ms": 0.125, "python_draft_ms": 0.055,
         "python_controller_ms": 0.45, "python_controller_none_ms": 0.1, "launch_ms": 3.2, "capture_ms": 1.0,
     },
-    # The same with a slow start (a hypothesis, not a measurement): the fourth run's first generation
-    # of the draft model alone under a fresh controller (as-7b chat-01, repeat 0) ran K = 1 in 59 of
-    # 65 rounds at 157 tok/s (294 in the next repeat, K = 8); the replay reproduces that signature
-    # ({0: 4, 1: 60, 3: 1} at 156 tok/s) when the first 2 rounds with later draft calls cost 20 ms
-    # more a call (a first use, a busy host): one slow measurement of b held K = 1 (which never
-    # measures b) or judged the model hopeless for thousands of rounds (rule probe_b).
-    "h200-as7b-slowstart": {
-        "name": "h200-as7b-slowstart", "target_step_ms": 7.32, "verify_ms": {1: 7.32, 3: 9.85, 5: 13.31, 9: 13.88},
-        "draft_step_ms": 1.17, "draft_first_extra_ms": 1.25, "python_round_ms": 0.125, "python_draft_ms": 0.055,
-        "python_controller_ms": 0.45, "python_controller_none_ms": 0.1, "launch_ms": 3.2, "capture_ms": 1.0,
-        "slow_start_rounds": 2, "slow_start_ms": 20.0,
-    },
     # A consumer 7B-class GPU: llama 8B Q4_0 on an RTX 3090 (FlashAttention on), a 1B Q4 draft.
     # - target: llama-bench pp512 at micro-batch sizes 1-8 (the master column) in
     #   https://github.com/ggml-org/llama.cpp/pull/15802: 155.02, 277.36, 390.23, 468.95, 514.50,
@@ -402,6 +390,15 @@ PROFILES: dict[str, dict[str, Any]] = {
         "python_controller_ms": 0.25, "python_controller_none_ms": 0.09,
     },
 }
+
+# The same with a slow start (a hypothesis, not a measurement): the fourth run's first generation
+# of the draft model alone under a fresh controller (as-7b chat-01, repeat 0) ran K = 1 in 59 of
+# 65 rounds at 157 tok/s (294 in the next repeat, K = 8); the replay reproduces that signature
+# ({0: 4, 1: 60, 3: 1} at 156 tok/s) when the first 2 rounds with later draft calls cost 20 ms
+# more a call (a first use, a busy host): one slow measurement of b held K = 1 (which never
+# measures b) or judged the model hopeless for thousands of rounds (rule probe_b).
+PROFILES["h200-as7b-slowstart"] = {**PROFILES["h200-as7b-graphs"], "name": "h200-as7b-slowstart",
+                                   "slow_start_rounds": 2, "slow_start_ms": 20.0}
 
 
 def load_profile(text: str) -> dict[str, Any]:
