@@ -40,7 +40,7 @@ RULES = {  # rule -> the default with it off
     "extension": "default:8:0:0", "recheck a": "default@recheck=0", "hopeless": "default@hopeless=0",
     "hold": "default@hold=0", "hopeless budget (off: every 128 rounds)": "default@hopeless_share=1",
     "check pricing": "default@check_pricing=0", "continuation-priced K": "default@extend_k=0",
-    "switch cost (graphs only)": "default@switch_cost=0", "extension pays S (graphs only)": "default@extend_switch=0",
+    "switch cost (graphs only)": "default@switch_cost=0",
     "probe b": "default@probe_b=0",
 }
 

@@ -941,10 +941,9 @@ def test_lookups_continuation_of_a_full_model_draft_is_appended_as_far_as_it_pay
     assert ctrl.extend("m", draft_len=8, free="lookup", grade=3, match_len=4) == 4
 
 
-def test_on_a_cuda_graph_an_extension_pays_for_the_change_of_rows() -> None:
-    # rule switch_cost: an extension changes the verify's rows for a round, and that round and the
-    # next run without the target's graph (S in all, measured on the way back to one row): the
-    # continuation is appended only where its tokens' worth over their rows reaches S
+def test_on_a_cuda_graph_an_extension_is_priced_by_its_rows_alone() -> None:
+    # rule switch_cost measures S, what a change of the target's rows costs on a CUDA graph; an
+    # extension does not pay it (rule extend_switch, removed: on the H200 it lost 1.1% in lockstep)
     def warm(switch_cost: bool, back_s: float) -> DraftController:
         ctrl = DraftController(settings=ControlSettings(switch_cost=switch_cost))
         for _ in range(3):
@@ -957,17 +956,9 @@ def test_on_a_cuda_graph_an_extension_pays_for_the_change_of_rows() -> None:
             ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=_verify(0) + extra))
         return ctrl
 
-    def ext(ctrl: DraftController) -> int:
-        return ctrl.extend("m", draft_len=8, free="lookup", grade=3, match_len=4)
-
-    assert ext(warm(False, 10 * A)) == 4  # no graph: the rows alone
-    assert warm(True, 10 * A).shape_s() == pytest.approx(20 * A)
-    assert ext(warm(True, 10 * A)) == 0  # 4 tokens kept whole are worth less than 20 steps
-    assert ext(warm(True, 0.01 * A)) == 4  # a cheap change: as without the graph
-    assert ext(warm(True, 0.0)) == 4  # no change measured: the prior, one step a
-    off = warm(True, 10 * A)
-    off.settings = ControlSettings(switch_cost=True, extend_switch=False)
-    assert ext(off) == 4  # the rule off: the rows alone, as without the graph
+    for switch_cost in (False, True):
+        for back_s in (0.0, 0.01 * A, 10 * A):  # 10 steps a: 4 tokens kept whole are worth less than S
+            assert warm(switch_cost, back_s).extend("m", draft_len=8, free="lookup", grade=3, match_len=4) == 4
 
 
 def test_an_extended_rounds_extra_rows_are_verify_rows_not_the_models_drafts() -> None:

@@ -71,7 +71,6 @@ class ControlSettings:
     # round costs over a charged to the drafting round that moved the target off one row
     switch_cost: bool = False
     switch_rounds: float = 4.0  # ... a drafter's round pays S / max(its runs' median length, this)
-    extend_switch: bool = True  # ... and a free drafter's continuation of a full proposal pays S too (ggufspec.loop.extension)
 
     def __post_init__(self) -> None:
         if (self.retry < 1 or self.window < 1 or self.spacing < 1 or self.opening < 0 or self.check_rounds < 0

@@ -183,15 +183,6 @@ class CostModel:
         n = lengths.median(self.round, self._fresh()) if lengths is not None and s else None
         return s / max(n or 1.0, self.settings.switch_rounds)
 
-    def shape_s(self) -> float:
-        """Rule switch_cost: S, what one change of the target's rows costs the decodes after it (two
-        without the graph, and its capture), measured on the way back to one row; one step a until
-        then (0 with the rule off)."""
-        if not self.settings.switch_cost:
-            return 0.0
-        s = self._switch.median(self.round, self._fresh())
-        return s if s is not None else (self.base_s() or 0.0)
-
     def _ran(self, name: str | None) -> None:
         """Rule switch_cost: a round of `name` (None: the target alone) extends or ends a run."""
         run, length = self._run

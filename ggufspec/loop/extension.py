@@ -10,12 +10,10 @@ continuation with
 (R the best rate, v the verify line's slope): a token pays for its verify row. What the
 continuation adds is priced into the model's K too (rule `extend_k`, ggufspec.loop.throughput).
 
-Where the target runs on a CUDA graph (rule switch_cost), an extension changes the verify's rows
-for one round: that round runs without the graph, and so do the next two (back at K + 1 rows, the
-second capturing it again): at least S, the measured way back to one row (two decodes without the
-graph and a capture; costmodel.shape_s). So the e tokens pay S too:
-    sum_{i <= e} (pi_m(K) pi_f(i) / R - v) >= S,   else no extension   (`extend_switch`).
-(pi_f is non-increasing, so the e above maximizes the sum: taking S off leaves e or nothing.)
+On a CUDA graph (rule switch_cost) an extension changes the verify's rows for one round, and
+that round and the next two run without the target's graph. Making the e tokens pay that change
+(S) as well was tried (rule `extend_switch`) and removed: on the H200's 7B stand-in, on against
+off read 0.989 [0.981-0.996] in lockstep (docs/bench/controller.md).
 """
 
 from __future__ import annotations
@@ -36,11 +34,9 @@ class Extensions(Checks):
         full = self.prefix_accept(name, draft_len)[-1]
         rate = max(self._rates.values(), default=0.0) or (1.0 / self.base_s())  # type: ignore[operator]
         v = self.verify_s(draft_len + 1) - self.verify_s(draft_len)  # type: ignore[operator]
-        e, gain = 0, 0.0
+        e = 0
         for pi in self.prefix_accept(key, match_len):
-            worth = full * pi / rate - v  # the e-th token's seconds at the best rate, less its row
-            if worth < 0.0:
+            if full * pi / rate < v:  # the e-th token's seconds at the best rate against its row
                 break
             e += 1
-            gain += worth
-        return e if e == 0 or not self.settings.extend_switch or gain >= self.shape_s() else 0
+        return e

@@ -26,7 +26,6 @@
 #   serve         scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
 #                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b (2 passes)
 #                 then default (1)
-#   ab-extend-*   the same for rule extend's price of a change of rows (extend_switch), as-7b
 #   kvown-default the default pair's regime with the draft's own KV cache (--draft-kv own), against
 #                 regime-default's import of the target's
 #   exact-*       scripts/device/exactness.py on the default pair, then smollm2-as-7b: N greedy
@@ -156,25 +155,23 @@ measure() {
   # the models where run puts them (every layer on the GPU), the draft decoding one row at a time
   step regime-default 120 "$(regime regimes-default default "$lim")"
   step "regime-$big" 150 "$(regime "regimes-$big" "$big" "$limb")"
+  (( CPU )) || step regime-as-1b 100 "$(regime regimes-as-1b as-1b "$limb")"
   # a user's one-shot run: a fresh process and controller each (rule probe_b; the fourth run's first
   # generation under a fresh controller ran K = 1 in 59 of 65 rounds, docs/bench/controller.md)
   step "firstgen-$big" 150 "\$PY scripts/device/firstgen.py --pair $pair --runs 2 -n $n --out $W/firstgen-$big.json"
-  # the controller's rule switch_cost (on where the target runs on a GPU) off against on, in lockstep
-  step ab-switch-default 120 "$(ab default tuned); $(ab default heldout)"
+  # the default pair's draft imports the target's KV cache (--draft-kv auto): on the H200 its
+  # rounds cost ~2.6 ms more than the same draft's against the 7B stand-in, which it cannot share
+  # with (docs/gpu.md, fourth run); the same regime with the draft's own cache tells what the import costs
+  step kvown-default 120 "$(regime kvown-default default "$lim") --draft-kv own"
   if [[ -x "$LLAMA_SERVER" ]]; then
     step serve 170 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats $sr --limit 2 --out $W/serve_$big --startup-timeout 120
                     \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
   else
     log "serve: skipped (no llama-server at $LLAMA_SERVER; scripts/build_native.sh builds it)"
   fi
-  (( CPU )) || step regime-as-1b 100 "$(regime regimes-as-1b as-1b "$limb")"
-  # rule extend on the graph: a continuation pays S, the change of rows (replayed only, docs/gpu.md)
-  step "ab-extend-$big" 150 "\$PY scripts/control_ab.py $abp $W/ab-extend-$big-tuned.json --regime $big --set tuned --limit $abn --ngl auto --old extend_switch=0 --new extend_switch=1"
+  # the controller's rule switch_cost (on where the target runs on a GPU) off against on, in lockstep
+  step ab-switch-default 120 "$(ab default tuned); $(ab default heldout)"
   step "ab-switch-$big" 150 "$(ab "$big" tuned)"
-  # the default pair's draft imports the target's KV cache (--draft-kv auto): on the H200 its
-  # rounds cost ~2.6 ms more than the same draft's against the 7B stand-in, which it cannot share
-  # with (docs/gpu.md, fourth run); the same regime with the draft's own cache tells what the import costs
-  step kvown-default 120 "$(regime kvown-default default "$lim") --draft-kv own"
   step exact-default 150 "$(exactness exact-default embedded:smollm2:Q8_0 "$np" "$ne")"
   step "exact-$big" 180 "$(exactness "exact-$big" "embedded:$pair:Q8_0" "$npb" "$neb")"
   if (( ! CPU )); then
