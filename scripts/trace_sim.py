@@ -150,6 +150,7 @@ def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0) -> No
     write()
 
 
+PAUSE_ROUNDS = 8  # a draft model not called for more rounds than this is back after a pause (Costs.pause_extra)
 FIRST_CALL_S = 0.0049  # the draft's first call imports the target's cache (ggufspec.loop.drafters.Draft.first_s)
 
 
@@ -235,11 +236,15 @@ class Costs:
         # more than one call cost `slow_start_ms` more a later call (see PROFILES' h200-as7b-slowstart)
         costs.slow_rounds = int(profile.get("slow_start_rounds", 0))
         costs.slow_b = float(profile.get("slow_start_ms", 0.0)) * ms
+        # a draft model back after a pause: its first call after more than PAUSE_ROUNDS rounds
+        # without one costs `pause_extra_ms` more (see PROFILES' h200-135m-run5)
+        costs.pause_extra = float(profile.get("pause_extra_ms", 0.0)) * ms
         costs.source = str(profile.get("name", "profile"))
         return costs
 
     slow_rounds = 0  # a slow start (profiles only): rounds of later draft calls that cost slow_b more
     slow_b = 0.0
+    pause_extra = 0.0  # a draft model's first call after a pause (profiles only), over f
     python_ctl = 0.0  # our Python a round on top of python_s where the controller chose to draft (profiles only)
     python_ctl_none = 0.0  # ... where it chose the target alone (a held choice prices nothing)
     # A GPU's graph of the target (profile keys `uncaptured_ms`, `launch_ms`, `capture_ms`):
@@ -328,6 +333,20 @@ PROFILES: dict[str, dict[str, Any]] = {
         "draft_step_ms": 1.09, "draft_first_extra_ms": 4.07, "python_round_ms": 0.093, "python_draft_ms": 0.065,
         "python_controller_ms": 0.30, "python_controller_none_ms": 0.11, "uncaptured_ms": 2.2, "launch_ms": 0.85,
         "capture_ms": 1.0,
+    },
+    # The default pair on the H200 as the fifth run measured it (docs/gpu.md; docs/bench/
+    # gpu-h200-2026-11-28b, regimes-default runs.csv): the fourth run's costs, and
+    # - a draft model back after a pause: the four retries' draft seconds (K = 2, 2, 3 and lookup
+    #   aside: 14.0, 15.9, 17.1 ms, catch-up excluded) against fixed K = 2 / 3's rounds (6.5, 7.6):
+    #   9 ms more on its first call (the draft's graphs captured again and the GPU cold: a
+    #   measurement of the sum, not of its parts)
+    # - our Python where the controller held the target alone: 0.216 ms a round against the target
+    #   alone's 0.094 (generations that drafted nothing): 0.12 over python_round
+    "h200-135m-run5": {
+        "name": "h200-135m-run5", "target_step_ms": 1.35, "verify_ms": {1: 1.35, 3: 1.94, 5: 2.25, 9: 4.33},
+        "draft_step_ms": 1.09, "draft_first_extra_ms": 4.07, "python_round_ms": 0.094, "python_draft_ms": 0.065,
+        "python_controller_ms": 0.30, "python_controller_none_ms": 0.12, "uncaptured_ms": 2.2, "launch_ms": 0.85,
+        "capture_ms": 1.0, "pause_extra_ms": 9.0,
     },
     # The 7B stand-in (smollm2-as-7b, Q8_0, 64 blocks) with every layer on the H200, the Q4_1 draft
     # there too (the fourth run, docs/gpu.md; docs/bench/gpu-h200-2026-11-28, regimes-as-7b runs.csv,
@@ -592,7 +611,9 @@ class TraceDrafter:
             return Draft((), ())
         r, n = self.r, len(history)
         if self.sim.verifies != self._round:  # a round's first call: it imports the target's cache
+            paused = self.sim.verifies - max(self._round, 0) > PAUSE_ROUNDS
             self._round, self._start, first = self.sim.verifies, n, self.costs.f
+            first += self.costs.pause_extra if paused else 0.0
         else:  # later in the same round (after a check's first token): its own chain, one more step
             first = self.costs.b
         at, j = self._start - r.prompt_len, n - self._start  # the round's chain, and how far along it
