@@ -17,17 +17,18 @@
 # machine is warm goes on where the first stopped:
 #   devices       nvidia-smi, `ggufspec devices`
 #   derive        the Q8_0 target and the stand-ins from the shipped Q4_1, timed
-#   regime-*      bench --regimes default (4 prompts a set), then as-7b (2), and as-1b after the
-#                 switch_cost A/B and serve (2 repeats, 128 tokens; the models where `run` puts them,
-#                 every layer on the GPU): target alone, K = 2/4/8, always-draft, the default, in
-#                 lockstep; `identical` counts exactness
+#   regime-*      bench --regimes default (4 prompts a set), then as-7b and as-1b (2 each; 2 repeats,
+#                 128 tokens; the models where `run` puts them, every layer on the GPU): target
+#                 alone, K = 2/4/8, always-draft, the default, in lockstep; `identical` counts exactness
+#   hostpy        scripts/overhead.py on the device's host: our Python a round on fake models
+#   threads1-default  the default pair's regime with --threads 1 (llama.cpp's CPU threads poll)
+#   firstgen-*    scripts/device/firstgen.py: a user's one-shot run in fresh processes
 #   ab-switch-*   scripts/control_ab.py on the GPU: the controller with rule switch_cost off against
 #                 on (lockstep, with the target alone and fixed K = 8), default pair (then as-7b, later)
 #   serve         scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
 #                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b (2 passes)
 #                 then default (1)
-#   kvown-default the default pair's regime with the draft's own KV cache (--draft-kv own), against
-#                 regime-default's import of the target's
+#   ab-extend-*, kvown-default: measured in the fifth run (docs/gpu.md), not run since
 #   exact-*       scripts/device/exactness.py on the default pair, then smollm2-as-7b: N greedy
 #                 generations of the default and each fixed K against the target alone, with the
 #                 stock kernels and with the row-invariant dispatch (scripts/device/row_invariant.py,
@@ -156,13 +157,15 @@ measure() {
   step regime-default 120 "$(regime regimes-default default "$lim")"
   step "regime-$big" 150 "$(regime "regimes-$big" "$big" "$limb")"
   (( CPU )) || step regime-as-1b 100 "$(regime regimes-as-1b as-1b "$limb")"
+  # our Python on this host (the fifth run: where nothing pays, 0.12 ms a round over the target
+  # alone's, 3x what the 2-core EPYC's microbenchmark reads): the microbenchmark here, on fake models
+  step hostpy 60 "\$PY scripts/overhead.py --modes alone K4 default:pays default:h200 lookup:pays --repeats 3"
+  # llama.cpp's CPU threads (physical cores by default) poll after each decode even with every
+  # layer on the GPU; the default pair's regime with one thread tells whether they slow our Python
+  step threads1-default 120 "$(regime threads1-default default "$lim") --threads 1"
   # a user's one-shot run: a fresh process and controller each (rule probe_b; the fourth run's first
   # generation under a fresh controller ran K = 1 in 59 of 65 rounds, docs/bench/controller.md)
   step "firstgen-$big" 150 "\$PY scripts/device/firstgen.py --pair $pair --runs 2 -n $n --out $W/firstgen-$big.json"
-  # the default pair's draft imports the target's KV cache (--draft-kv auto): on the H200 its
-  # rounds cost ~2.6 ms more than the same draft's against the 7B stand-in, which it cannot share
-  # with (docs/gpu.md, fourth run); the same regime with the draft's own cache tells what the import costs
-  step kvown-default 120 "$(regime kvown-default default "$lim") --draft-kv own"
   if [[ -x "$LLAMA_SERVER" ]]; then
     step serve 170 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats $sr --limit 2 --out $W/serve_$big --startup-timeout 120
                     \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
