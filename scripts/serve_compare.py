@@ -4,6 +4,8 @@ same GGUF files, as a client waits for them.
 
 Servers (all started at once, on 127.0.0.1, the same threads and context per sequence):
   ggufspec            ggufspec serve --target T --draft D
+  ggufspec+always     ggufspec serve ... --always-draft (with --always-draft: every slot drafts while
+                      others generate, where the default runs the target alone; docs/gpu.md)
   llama-server+draft  llama-server -m T -md D --spec-type draft-simple --spec-draft-n-max K
   llama-server        llama-server -m T (no draft)
 llama-server gets the KV cache type ggufspec's target uses (exactness.auto_cache_type) and flash
@@ -106,11 +108,12 @@ def _servers(args, target: Path, draft: Path, exe: Path, cache_type: str) -> lis
     spec = ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(args.draft_max)]
     if args.threads:
         spec += ["-td", str(args.threads), "-tbd", str(args.threads)]
+    ours_too = [Server("ggufspec+always", [*ours.cmd, "--always-draft"])] if args.always_draft else []
     peers = [Server("llama-server+draft", [str(exe), *common, *spec]), Server("llama-server", [str(exe), *common])]
     for p in peers:
         p.url = f"http://127.0.0.1:{port()}"
         p.cmd += ["--port", p.url.rsplit(":", 1)[1]]
-    return [ours, *peers]
+    return [ours, *ours_too, *peers]
 
 
 def _start(server: Server, logdir: Path) -> None:
@@ -194,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="threads for every server (default: each one's own)")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "serve_compare",
                    help="output stem: writes STEM.md and STEM.json (default docs/bench/serve_compare)")
+    p.add_argument("--always-draft", action="store_true",
+                   help="also ggufspec serve --always-draft (its slots draft while others generate)")
     p.add_argument("--startup-timeout", type=float, default=600, help="seconds a server may take to load")
     args = p.parse_args(argv)
     try:

@@ -26,7 +26,9 @@
 #   ab-switch-*   scripts/control_ab.py on the GPU: the controller with rule switch_cost off against
 #                 on (lockstep, with the target alone and fixed K = 8), default pair (then as-7b, later)
 #   serve         scripts/serve_compare.py: ggufspec serve against llama-server with the same draft
-#                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b (2 passes)
+#                 (-md, --spec-draft-n-max 8) and without, 1 and 4 clients, smollm2-as-7b (2 passes,
+#                 and ggufspec serve --always-draft: its slots draft while others generate, where the
+#                 default runs the target alone; the fifth run: 0.85x llama-server + draft at 4)
 #                 then default (1)
 #   ab-extend-*, kvown-default: measured in the fifth run (docs/gpu.md), not run since
 #   exact-*       scripts/device/exactness.py on the default pair, then smollm2-as-7b: N greedy
@@ -167,7 +169,7 @@ measure() {
   # generation under a fresh controller ran K = 1 in 59 of 65 rounds, docs/bench/controller.md)
   step "firstgen-$big" 150 "\$PY scripts/device/firstgen.py --pair $pair --runs 2 -n $n --out $W/firstgen-$big.json"
   if [[ -x "$LLAMA_SERVER" ]]; then
-    step serve 170 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats $sr --limit 2 --out $W/serve_$big --startup-timeout 120
+    step serve 200 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats $sr --limit 2 --always-draft --out $W/serve_$big --startup-timeout 120
                     \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
   else
     log "serve: skipped (no llama-server at $LLAMA_SERVER; scripts/build_native.sh builds it)"
