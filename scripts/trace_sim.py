@@ -24,7 +24,8 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
               draft_extend). The default's full model drafts take lookup's continuation where the
               loop finds it pays (--draft-extend; the fourth field 0: off).
               `--profile NAME|FILE` prices rounds with costs given as numbers instead of a bench's
-              (`PROFILES`: h200-135m, h200-135m-graphs, h200-135m-run4, h200-135m-run5, h200-as7b-graphs, h200-as7b-slowstart, rtx3090-8b, and this CPU's no-pay regimes
+              (`PROFILES`: h200-135m, h200-135m-graphs, h200-135m-run4, h200-135m-run5,
+              h200-as7b-graphs, h200-as7b-slowstart, rtx3090-8b, and this CPU's no-pay regimes
               epyc-q8_0, epyc-q4_1; or a JSON/TOML file of the same keys), for regimes this machine
               cannot produce; with the default first and fixed-K or always-draft rivals it also
               prints `bench --regimes`' cells per prompt set (docs/bench/regimes_simulated.md).
