@@ -335,20 +335,6 @@ PROFILES: dict[str, dict[str, Any]] = {
         "python_controller_ms": 0.30, "python_controller_none_ms": 0.11, "uncaptured_ms": 2.2, "launch_ms": 0.85,
         "capture_ms": 1.0,
     },
-    # The default pair on the H200 as the fifth run measured it (docs/gpu.md; docs/bench/
-    # gpu-h200-2026-11-28b, regimes-default runs.csv): the fourth run's costs, and
-    # - a draft model back after a pause: the four retries' draft seconds (K = 2, 2, 3 and lookup
-    #   aside: 14.0, 15.9, 17.1 ms, catch-up excluded) against fixed K = 2 / 3's rounds (6.5, 7.6):
-    #   9 ms more on its first call (the draft's graphs captured again and the GPU cold: a
-    #   measurement of the sum, not of its parts)
-    # - our Python where the controller held the target alone: 0.216 ms a round against the target
-    #   alone's 0.094 (generations that drafted nothing): 0.12 over python_round
-    "h200-135m-run5": {
-        "name": "h200-135m-run5", "target_step_ms": 1.35, "verify_ms": {1: 1.35, 3: 1.94, 5: 2.25, 9: 4.33},
-        "draft_step_ms": 1.09, "draft_first_extra_ms": 4.07, "python_round_ms": 0.094, "python_draft_ms": 0.065,
-        "python_controller_ms": 0.30, "python_controller_none_ms": 0.12, "uncaptured_ms": 2.2, "launch_ms": 0.85,
-        "capture_ms": 1.0, "pause_extra_ms": 9.0,
-    },
     # The 7B stand-in (smollm2-as-7b, Q8_0, 64 blocks) with every layer on the H200, the Q4_1 draft
     # there too (the fourth run, docs/gpu.md; docs/bench/gpu-h200-2026-11-28, regimes-as-7b runs.csv,
     # medians over both sets' runs):
@@ -411,9 +397,20 @@ PROFILES: dict[str, dict[str, Any]] = {
     },
 }
 
-# The same with a slow start (a hypothesis, not a measurement): the fourth run's first generation
-# of the draft model alone under a fresh controller (as-7b chat-01, repeat 0) ran K = 1 in 59 of
-# 65 rounds at 157 tok/s (294 in the next repeat, K = 8); the replay reproduces that signature
+# The default pair on the H200 as the fifth run measured it (docs/gpu.md; docs/bench/
+# gpu-h200-2026-11-28b, regimes-default runs.csv): the fourth run's costs (h200-135m-run4), and
+# - a draft model back after a pause: the four retries' draft seconds (K = 2, 2, 3 and lookup
+#   aside: 14.0, 15.9, 17.1 ms, catch-up excluded) against fixed K = 2 / 3's rounds (6.5, 7.6):
+#   9 ms more on its first call (the draft's graphs captured again and the GPU cold: a
+#   measurement of the sum, not of its parts)
+# - our Python where the controller held the target alone: 0.216 ms a round against the target
+#   alone's 0.094 (generations that drafted nothing): 0.12 over python_round
+PROFILES["h200-135m-run5"] = {**PROFILES["h200-135m-run4"], "name": "h200-135m-run5", "python_round_ms": 0.094,
+                              "python_controller_none_ms": 0.12, "pause_extra_ms": 9.0}
+
+# h200-as7b-graphs with a slow start (a hypothesis, not a measurement): the fourth run's first
+# generation of the draft model alone under a fresh controller (as-7b chat-01, repeat 0) ran K = 1
+# in 59 of 65 rounds at 157 tok/s (294 in the next repeat, K = 8); the replay reproduces that signature
 # ({0: 4, 1: 60, 3: 1} at 156 tok/s) when the first 2 rounds with later draft calls cost 20 ms
 # more a call (a first use, a busy host): one slow measurement of b held K = 1 (which never
 # measures b) or judged the model hopeless for thousands of rounds (rule probe_b).
