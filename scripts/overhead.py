@@ -140,7 +140,7 @@ class ZeroCostModel:
     def common_prefix(self, seq: Sequence[int]) -> int:
         return self._shared.ask(self.kv, seq)  # as llama.Context's
 
-    def decode(self, tokens: Sequence[int], *, logits: str = "last") -> None:
+    def decode(self, tokens: Sequence[int], *, logits: str = "last", wait: bool = True) -> None:
         t = perf()
         n = len(tokens)
         if n:

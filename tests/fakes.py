@@ -120,6 +120,8 @@ class FakeModel:
     kv: list[int] = field(default_factory=list)
     decodes: list[tuple[int, str]] = field(default_factory=list)  # (rows, logits mode) per call
     loads: int = 0  # load_state calls that took a cache
+    asynchronous: bool = False  # `Target.asynchronous`: decode(wait=False) leaves the result in flight ...
+    in_flight: bool = False  # ... until the next logits read
     _rows: list[np.ndarray] = field(default_factory=list)
 
     @property
@@ -146,6 +148,7 @@ class FakeModel:
         if logits == "all" and n > self.n_batch:
             raise AssertionError(f"{n} rows do not fit a batch of {self.n_batch}")
         self.decodes.append((n, logits))
+        self.in_flight = self.asynchronous and not wait
         start = len(self.kv)
         self.kv.extend(int(t) for t in tokens)
         if logits == "all":
@@ -158,6 +161,7 @@ class FakeModel:
             self.clock.t += self.t_1 + (n - 1) * self.t_row
 
     def logits(self, i: int = -1) -> np.ndarray:
+        self.in_flight = False
         return self._rows[i]
 
     def truncate(self, n: int) -> None:

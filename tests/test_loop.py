@@ -858,6 +858,50 @@ def test_held_rounds_ask_lookup_later_and_the_controller_learns_what_it_would_ha
     assert none_late == 0 and late > 0.5 * len(told), (late, len(told))
 
 
+class _ReplayWatch(_ToldRounds):
+    """... noting, at each replay of held rounds, how many there were and whether the target's
+    decode was in flight (the bookkeeping ran while the device computed)."""
+
+    def __init__(self, target: FakeModel) -> None:
+        super().__init__()
+        self.target = target
+        self.replays: list[tuple[int, bool]] = []
+
+    def replay(self) -> None:
+        if self._pending:
+            self.replays.append((len(self._pending), self.target.in_flight))
+        super().replay()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_on_an_asynchronous_target_held_rounds_are_kept_while_the_verify_computes(
+        fake_clock: FakeClock, asynchronous: bool) -> None:
+    # a GPU or an RPC worker: the verify is launched and the bookkeeping of the rounds held before
+    # it (the controller's, lookup's asks) runs before its result is read, not in the next priced
+    # round; the same tokens, choices, scores and estimates as on a synchronous target
+    def run(asynchronous: bool) -> tuple[list, list, list, list]:
+        fake_clock.t = 0.0
+        target, draft = pair(seed=1, noise=1.2, fake_clock=fake_clock, draft_cost=0.010)
+        target.t_row, target.asynchronous = 0.02, asynchronous
+        ctl, drafters, tokens = _ReplayWatch(target), [ModelDrafter(draft), LookupDrafter()], []
+        for prompt in ([1, 2, 3, 1, 2], [3, 4, 5, 3, 4], [6, 7, 6, 7], [2, 1, 2]):
+            tokens.append(generate(target=target, prompt=prompt, drafters=drafters, max_tokens=150,
+                                   controller=ctl).run().tokens)
+        told = [(r.choice, r.drafted, r.accepted, r.emitted, r.paused, dict(r.scored)) for r in ctl.told]
+        state = [ctl.base_s(), ctl.verify_s(4), ctl.round, ctl.prefix_accept("lookup#1", 4),
+                 ctl.prefix_accept("lookup#2", 4), ctl.throughput("none", None), ctl.throughput("model", None)]
+        return tokens, told, state, ctl.replays
+
+    tokens, told, state, replays = run(asynchronous)
+    assert (tokens, told, state) == run(not asynchronous)[:3]
+    under = sum(n for n, in_flight in replays if in_flight)
+    after = [n for n, in_flight in replays if not in_flight]
+    if asynchronous:  # a priced round finds at most the round just before it left
+        assert under > 300 and max(after) <= 1, (under, after)
+    else:
+        assert under == 0 and max(after) >= 4, after
+
+
 def test_a_generation_closed_early_still_asks_lookup_for_its_held_rounds(fake_clock: FakeClock) -> None:
     # a client that goes away: the rounds held since the last pricing have lookup asked at the
     # close, at the histories they had, not left to the next generation (whose lookup is reset)

@@ -112,6 +112,9 @@ class Context:
         self._row_views = RowViews(model.n_vocab)
         # llama_synchronize after a decode: not where every device is the CPU's (decodes return done)
         self._sync = not devices.cpu_only()
+        # `Target.asynchronous`: a decode may return before the device is done (a GPU's, an RPC
+        # worker's), so the loop can do its bookkeeping meanwhile
+        self.asynchronous: bool = self._sync
         self._tokens: list[int] = []  # the ids at KV positions 0..n_past-1
         self._shared = SharedPrefix()  # how much of the last history asked `_tokens` holds
 

@@ -9,7 +9,9 @@ With history h (its last token not yet in the target's KV cache):
        model's first token; a model's full proposal may take a free drafter's continuation
        (`Choice.extend`);
     3. verify: the target decodes [h_last, x_0..x_{K-1}] in one batch, logits for all K + 1 rows
-       (row i: the target's distribution after batch token i);
+       (row i: the target's distribution after batch token i); on an asynchronous target (a GPU,
+       an RPC worker) the decode is launched, and the bookkeeping that held rounds left for later
+       runs before its rows are read;
     4. accept: a rule keeps x_0..x_{n-1} and adds one token (correction or bonus); the target's
        KV cache drops the rejected positions (the drafter re-syncs next round).
 K = 0 is a plain target step: the target alone is the same round without drafting.
@@ -110,6 +112,9 @@ class RoundRunner:
         # rejection sampling needs the draft's q, so its drafts are sampled from q; greedy and
         # match take argmax drafts (q one-hot), as llama.cpp does
         self.sampled = rule is AcceptRule.REJECTION
+        # a target whose decodes return before its device is done (`Target.asynchronous`): the
+        # verify is launched, the bookkeeping held rounds left for later runs while it computes
+        self._shadow = controller is not None and bool(getattr(target, "asynchronous", False))
 
     @property
     def positions(self) -> int:
@@ -134,7 +139,10 @@ class RoundRunner:
         kd = len(r.tokens)
         n_keep = target.n_past + 1  # the last history token stays in every case
         t = clock.now()
-        target.decode([history[-1], *r.tokens], logits="all")
+        target.decode([history[-1], *r.tokens], logits="all", wait=not self._shadow)
+        if self._shadow:
+            self._under_decode()
+            target.logits(0)  # (the first read of a row waits for the device)
         verify_s = clock.now() - t
         if kd == 0:
             verdict = Verdict(0, pick(target.logits(0), self.sampling, self.rng), False)
@@ -163,6 +171,17 @@ class RoundRunner:
         end = Source.TARGET if kd == 0 else Source.BONUS if verdict.bonus else Source.CORRECTION
         out.append((verdict.token, end, None))
         return record, out
+
+    def _under_decode(self) -> None:
+        """What runs while an asynchronous target computes the verify: the free drafters' asks and
+        the controller's bookkeeping of the rounds held before this one (ggufspec.loop.late,
+        ggufspec.loop.hold), which otherwise wait for the next priced round and add to it. Where
+        nothing pays on a GPU most rounds are held, and that bookkeeping was most of what our
+        Python a round cost over the target alone's (docs/gpu.md, fifth run). Decisions do not
+        change: a hold reads none of it, and a priced round replays whatever is left first."""
+        self._free.settle()
+        assert self.controller is not None
+        self.controller.replay()
 
     def _plan(self, history: Sequence[int], draft_max: int, remaining: int) -> _Drafted:
         """The round's choice (and the free drafters' proposals, asked before it)."""

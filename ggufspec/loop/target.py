@@ -38,6 +38,11 @@ class Target(Protocol):
     n_ctx: int  # KV cache capacity, tokens
     n_batch: int  # most tokens one decode takes; a verify of K+1 rows must fit
     n_past: int  # tokens in the KV cache
+    # decodes run on a device that computes while the caller goes on (a GPU, an RPC worker):
+    # `decode(wait=False)` returns at once and the first `logits` read waits for the result. The
+    # loop then does its bookkeeping in between (ggufspec.loop.round_runner). Optional: a Target
+    # without it is taken as synchronous.
+    asynchronous: bool
 
     @property
     def tokens(self) -> Sequence[int]:
