@@ -902,6 +902,61 @@ def test_on_an_asynchronous_target_held_rounds_are_kept_while_the_verify_compute
         assert under == 0 and max(after) >= 4, after
 
 
+class _Watched(FakeModel):
+    """An asynchronous fake target that notes, at each step the engine yields, whether a decode is in flight."""
+
+    def watch(self, gen: Generation) -> list[bool]:
+        return [self.in_flight for _ in gen]
+
+
+def _twins(seed: int, fake_clock: FakeClock, *, asynchronous: bool, stop_eog: bool = False) -> tuple[FakeModel, FakeModel]:
+    target, draft = pair(seed=seed, noise=1.2, fake_clock=fake_clock, draft_cost=0.010)
+    vocab = FakeVocab(VOCAB.pieces, eog=[7]) if stop_eog else VOCAB
+    target = _Watched(target.lm, vocab, n_ctx=target.n_ctx, clock=fake_clock, t_row=0.02, asynchronous=asynchronous)
+    draft.vocab = vocab
+    return target, draft
+
+
+@pytest.mark.parametrize("kind", ["model+lookup", "lookup", "alone"])
+def test_on_an_asynchronous_target_the_next_round_of_the_target_alone_computes_while_tokens_are_emitted(
+        fake_clock: FakeClock, kind: str) -> None:
+    # where nothing pays (each verify row dear) the hold's rounds of the target alone are planned
+    # at the end of the round before and launched at once: the engine emits while the device
+    # computes. Tokens, stop reasons, caches, and every round the controller is told are those of
+    # a synchronous target; stop strings, ends of generation, the last token and a client gone
+    # leave the caches as they would
+    def run(asynchronous: bool) -> tuple[list, list, float]:
+        fake_clock.t = 0.0
+        out, told, flights = [], [], []
+        for seed in range(3):
+            target, draft = _twins(seed, fake_clock, asynchronous=asynchronous, stop_eog=seed == 2)
+            ctl = _ToldRounds()
+            drafters = {"model+lookup": [ModelDrafter(draft), LookupDrafter()], "lookup": [LookupDrafter()],
+                        "alone": []}[kind]
+            for prompt, stop, close_at in (([1, 2, 3, 1, 2], (), None), ([3, 4, 5, 3, 4], ("dc",), None),
+                                           ([6, 7, 6, 7], (), 40), ([2, 1, 2], ("a",), None)):
+                gen = generate(target=target, prompt=prompt, drafters=drafters, max_tokens=120, stop=stop,
+                               controller=ctl if drafters else None)
+                if close_at is None:
+                    flights += target.watch(gen)
+                else:
+                    for _ in zip(range(close_at), gen):
+                        flights.append(target.in_flight)
+                    gen.close()
+                assert not target.in_flight  # (a round launched for nothing was waited for)
+                check_caches(gen, target, None, prompt)
+                out.append((gen.tokens, gen.text, gen.stats.stop_reason, gen.stats.rounds))
+            told += [(r.choice, r.drafted, r.accepted, r.emitted, r.paused, dict(r.scored)) for r in ctl.told]
+        return out, told, sum(flights) / len(flights)
+
+    out, told, in_flight = run(True)
+    out_sync, told_sync, none = run(False)
+    assert out == out_sync and told == told_sync
+    assert {stop for _, _, stop, _ in out} >= {"length", "cancelled", "stop"}
+    # (measured: 0.54 with the draft model, 0.73 lookup alone, 0.97 the target alone)
+    assert none == 0 and in_flight > {"model+lookup": 0.4, "lookup": 0.6, "alone": 0.9}[kind], in_flight
+
+
 def test_a_generation_closed_early_still_asks_lookup_for_its_held_rounds(fake_clock: FakeClock) -> None:
     # a client that goes away: the rounds held since the last pricing have lookup asked at the
     # close, at the histories they had, not left to the next generation (whose lookup is reset)

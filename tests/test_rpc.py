@@ -142,6 +142,51 @@ def test_split_over_two_workers_is_greedy_identical_to_local(workers: str, tiny_
                               "draft_layers": read_model_info(tiny_draft).n_layer + 1}]
 
 
+_PIPELINE = """
+import json, sys
+from ggufspec import ContextSettings, PairSettings, load_pair
+from ggufspec.loop import round_runner
+from ggufspec.loop.engine import generate
+from ggufspec.loop.lookup import LookupDrafter
+landed = [0]
+land = round_runner.RoundRunner._land
+def counted(self, *a, **k):
+    landed[0] += 1
+    return land(self, *a, **k)
+round_runner.RoundRunner._land = counted
+target, draft, workers = sys.argv[1:4]
+with load_pair(target=target, draft=draft, settings=PairSettings(context=ContextSettings(n_ctx=512, n_threads=1),
+               rpc=tuple(workers.split(",")), n_gpu_layers="all", n_gpu_layers_draft="all")) as pair:
+    ctx = pair.target_ctx
+    out = {"asynchronous": ctx.asynchronous}
+    for asynchronous in (True, False):
+        ctx.asynchronous, landed[0] = asynchronous, 0
+        ctl, runs = pair.new_controller(), []
+        for drafters in ((*pair.drafters, LookupDrafter()), ()):
+            for prompt, stop in (([1, 2, 3, 4, 5], ()), ([9, 8, 7, 6], ("e",)), ([5, 5, 5], ())):
+                gen = generate(target=ctx, prompt=prompt, drafters=drafters, max_tokens=48, stop=stop,
+                               controller=ctl if drafters else None).run()
+                runs.append([gen.tokens, gen.stats.stop_reason, list(ctx.tokens)])
+        out[str(asynchronous)] = {"runs": runs, "landed": landed[0]}
+    print(json.dumps(out))
+"""
+
+
+def test_on_a_worker_the_next_round_of_the_target_alone_is_launched_early_and_greedy_stays_identical(
+        workers: str, tiny_target: Path, tiny_draft: Path) -> None:
+    # an RPC worker computes while the caller goes on (llama.cpp sends the graph and returns):
+    # rounds of the target alone are launched at the end of the round before, with and without
+    # a draft (ggufspec.loop.round_runner); tokens, stops and the target's cache are the same as
+    # with every decode waited for
+    r = subprocess.run([sys.executable, "-c", _PIPELINE, str(tiny_target), str(tiny_draft), workers],
+                       capture_output=True, text=True, timeout=300, env=_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["asynchronous"] is True
+    assert out["True"]["runs"] == out["False"]["runs"]
+    assert out["False"]["landed"] == 0 and out["True"]["landed"] > 100, out["True"]["landed"]
+
+
 def test_plan_measure_per_worker_within_5_percent(workers: str, tiny_target: Path, tiny_draft: Path) -> None:
     r = _cli("plan", "--target", str(tiny_target), "--draft", str(tiny_draft), "--rpc", workers, "--margin", "0",
              "--measure", "--json")

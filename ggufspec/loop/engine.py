@@ -1,7 +1,8 @@
 """One generation: the prompt's prefill, then rounds until a stop; without a drafter, the target alone.
 
-Each round is played by ggufspec.loop.round_runner (plan, draft, verify, accept); its `Round` record
-goes once to the controller and once to the generation's tally. The target alone is the same
+Each round is played by ggufspec.loop.round_runner (plan, draft, verify, accept), which tells the
+controller its `Round` record; the record goes to the generation's tally too. On an asynchronous
+target the next round of the target alone may already be computing while the tokens are emitted. The target alone is the same
 loop with K = 0, so both paths share every line of code but drafting.
 """
 
@@ -200,9 +201,7 @@ def _steps(
                 return
             # a round: it may emit what the budget leaves (tokens and free KV slots)
             record, pending = runner.play(history, min(max_tokens - generated, target.n_ctx - len(history)))
-            tally.add(record)
-            if controller is not None and record.choice is not None:
-                controller.observe(record)
+            tally.add(record)  # (the runner told the controller)
             kd = record.drafted
     except GeneratorExit:
         stop_reason = "cancelled"

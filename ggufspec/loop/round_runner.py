@@ -105,7 +105,8 @@ class RoundRunner:
         self._free = FreeView(self.drafters, self._propose)
         # the grades of the free drafters' proposals, for a hold that stands whatever they propose;
         # only with a draft model among the candidates (a round held is then paused, proposal or not)
-        self._grades = {d.name: d.grades for d in self._free.drafters} if self._uncounted else None
+        self._free_grades = {d.name: d.grades for d in self._free.drafters}
+        self._grades = self._free_grades if self._uncounted else None
         self.sampling, self.speculative, self.rule, self.rng = sampling, speculative, rule, rng
         self.lengths = speculative.length
         self.drafting = drafting
@@ -113,8 +114,13 @@ class RoundRunner:
         # match take argmax drafts (q one-hot), as llama.cpp does
         self.sampled = rule is AcceptRule.REJECTION
         # a target whose decodes return before its device is done (`Target.asynchronous`): the
-        # verify is launched, the bookkeeping held rounds left for later runs while it computes
-        self._shadow = controller is not None and bool(getattr(target, "asynchronous", False))
+        # verify is launched, the bookkeeping held rounds left for later runs while it computes;
+        # a round of the target alone that follows one is planned and launched at the end of it
+        # (its input is that round's token), so that the engine's emission and the bookkeeping
+        # run while the device computes it (`_ahead`)
+        self._asynchronous = bool(getattr(target, "asynchronous", False))
+        # the round launched: (its input token, when its plan began, when its decode was launched, its plan)
+        self._flight: tuple[int, float, float, _Drafted] | None = None
 
     @property
     def positions(self) -> int:
@@ -123,7 +129,14 @@ class RoundRunner:
         return self.lengths.draft_max + (self.lengths.draft_extend if extendable else 0)
 
     def settle(self) -> None:
-        """The generation ends: ask the free drafters what the rounds kept for later would have had them propose."""
+        """The generation ends: ask the free drafters what the rounds kept for later would have had
+        them propose, and wait for a round launched for nothing (a stop string, a client gone),
+        whose input leaves the target's cache again: it holds the history but its last token, as
+        after any round."""
+        if self._flight is not None:
+            self._flight = None
+            self.target.logits(0)
+            self.target.truncate(self.target.n_past - 1)
         self._free.settle()
 
     def _propose(self, d: Drafter, history: Sequence[int], draft_len: int) -> Draft:
@@ -133,14 +146,16 @@ class RoundRunner:
     def play(self, history: Sequence[int], remaining: int) -> tuple[Round, Emitted]:
         """One round after `history`, which may emit at most `remaining` tokens. A round of K drafts
         emits up to K + 1 and needs K + 1 free KV slots; its verify fits one batch."""
+        if self._flight is not None:
+            return self._land(history, remaining)
         target = self.target
         t_round = clock.now()
         r = self._draft(history, remaining)
         kd = len(r.tokens)
         n_keep = target.n_past + 1  # the last history token stays in every case
         t = clock.now()
-        target.decode([history[-1], *r.tokens], logits="all", wait=not self._shadow)
-        if self._shadow:
+        target.decode([history[-1], *r.tokens], logits="all", wait=not self._asynchronous)
+        if self._asynchronous:
             self._under_decode()
             target.logits(0)  # (the first read of a row waits for the device)
         verify_s = clock.now() - t
@@ -149,6 +164,27 @@ class RoundRunner:
         else:
             verdict = self._accept(r.tokens, r.q_rows)
             target.truncate(n_keep + verdict.n_accepted)  # drop KV of rejected drafts (of nothing if all kept)
+        return self._finish(history, remaining, r, verdict, t_round, verify_s)
+
+    def _land(self, history: Sequence[int], remaining: int) -> tuple[Round, Emitted]:
+        """The round of the target alone launched at the end of the last (`_ahead`): while the
+        device computes, the bookkeeping left for later; then its token."""
+        assert self._flight is not None
+        token, t_round, t, r = self._flight
+        self._flight = None
+        assert history[-1] == token, "the engine's history must end with the launched round's input"
+        self._under_decode()
+        target = self.target
+        target.logits(0)  # (waits for the device)
+        verify_s = clock.now() - t
+        verdict = Verdict(0, pick(target.logits(0), self.sampling, self.rng), False)
+        return self._finish(history, remaining, r, verdict, t_round, verify_s)
+
+    def _finish(self, history: Sequence[int], remaining: int, r: _Drafted, verdict: Verdict, t_round: float,
+                verify_s: float) -> tuple[Round, Emitted]:
+        """The round's record and emitted tokens (and, on an asynchronous target, the next round
+        launched where it surely runs the target alone)."""
+        kd = len(r.tokens)
         n = verdict.n_accepted
         emitted = [*r.tokens[:n], verdict.token]
         choice, d = r.choice, r.draft
@@ -170,7 +206,55 @@ class RoundRunner:
         out: Emitted = [(x, Source.DRAFT, proposer if i < own else r.ext_by) for i, x in enumerate(r.tokens[:n])]
         end = Source.TARGET if kd == 0 else Source.BONUS if verdict.bonus else Source.CORRECTION
         out.append((verdict.token, end, None))
+        if self.controller is not None and choice is not None:
+            self.controller.observe(record)
+        if kd == 0 and self._asynchronous:
+            self._ahead(history, verdict.token, remaining)
         return record, out
+
+    def _ahead(self, history: Sequence[int], token: int, remaining: int) -> None:
+        """On an asynchronous target, after a round of the target alone that emitted `token`: plan
+        the next round now, and where it runs the target alone (no drafter, one token left, or the
+        controller's hold), launch its decode, so that the engine's emission of `token` and the
+        bookkeeping run while the device computes. Not after an end of generation or the last
+        token; a stop string ends the generation with the round in flight (`settle`). The plan
+        is the one the next round would make (the controller has observed this round, and the
+        engine tells it nothing in between); one that is priced is left to the next round."""
+        if remaining <= 1 or self.target.model.is_eog(token):
+            return
+        t_round = clock.now()  # (its plan is the round's, as where the round plans itself)
+        r = self._plan_ahead(history, token, remaining - 1)
+        if r is not None:
+            self._flight = (token, t_round, clock.now(), r)
+            self.target.decode([token], logits="all", wait=False)
+
+    def _plan_ahead(self, history: Sequence[int], token: int, remaining: int) -> _Drafted | None:
+        """The plan of the round after `history` + `token` (which may emit `remaining` tokens) if
+        it runs the target alone whatever the free drafters would propose or as the hold says
+        after asking them; None where it is priced (or drafts)."""
+        if not self.drafters:
+            return _Drafted()
+        draft_max = min(self.lengths.draft_max, remaining - 1, self.target.n_batch - 1)
+        if draft_max <= 0:
+            return _Drafted(choice=Choice(None, 0) if self.controller is not None else None)
+        if self.controller is None or self.drafting is not None:
+            return None
+        limits = self._limits(draft_max, remaining)
+        if self._grades is not None:
+            choice = self.controller.held(drafters=self._models, grades=self._grades, **limits)
+            if choice is not None:
+                return _Drafted(choice=choice, late=draft_max, paused=True)
+        seen: Sequence[int] = history
+        if self._free.drafters:
+            seen = self._free(history)
+            seen.append(token)  # (the engine appends it to the history next: the free drafters' view is ahead)
+        r = _Drafted()
+        candidates = self._candidates(r, seen, draft_max)
+        r.choice = self.controller.held(drafters=candidates, **limits)
+        if r.choice is None:
+            return None
+        r.paused = self._paused(r.choice, candidates)
+        return r
 
     def _under_decode(self) -> None:
         """What runs while an asynchronous target computes the verify: the free drafters' asks and
@@ -180,8 +264,8 @@ class RoundRunner:
         Python a round cost over the target alone's (docs/gpu.md, fifth run). Decisions do not
         change: a hold reads none of it, and a priced round replays whatever is left first."""
         self._free.settle()
-        assert self.controller is not None
-        self.controller.replay()
+        if self.controller is not None:
+            self.controller.replay()
 
     def _plan(self, history: Sequence[int], draft_max: int, remaining: int) -> _Drafted:
         """The round's choice (and the free drafters' proposals, asked before it)."""
@@ -189,31 +273,44 @@ class RoundRunner:
         if self.controller is None:  # --fixed: the first drafter, draft_max every round
             r.choice = Choice(self.drafters[0].name, draft_max)
             return r
-        lengths = self.lengths
-        limits = {"draft_max": draft_max, "draft_min": lengths.draft_min, "allow_none": not lengths.always_draft,
-                  "remaining": remaining}
+        limits = self._limits(draft_max, remaining)
         if self._grades is not None:  # held whatever the free drafters propose: ask them later
             r.choice = self.controller.held(drafters=self._models, grades=self._grades, **limits)
             if r.choice is not None:
                 r.late, r.paused = draft_max, True
                 return r
-        candidates = []
         seen = self._free(history) if self._free.drafters else history
-        for dr in self.drafters:
-            if dr.free:  # a function of the history: asking it before the choice is lossless
-                p = r.proposals[dr.name] = self._propose(dr, seen, draft_max)
-                candidates.append(Candidate(dr.name, free=True, match_len=len(p.tokens), grade=p.grade))
-            else:
-                candidates.append(self._uncounted[dr.name])
+        candidates = self._candidates(r, seen, draft_max)
         r.choice = self.controller.held(drafters=candidates, **limits)
         if r.choice is None:  # a priced round: the draft models' backlogs count
             candidates = [c if c.free else Candidate(c.name, backlog=self.by_name[c.name].backlog(history),
                                                      kv_shared=c.kv_shared) for c in candidates]
             r.choice = self.controller.choose(drafters=candidates, **limits)
-        # paused: the target alone by choice, not for want of a proposal
-        r.paused = r.choice.drafter is None and any(
-            c.match_len is None or c.match_len >= max(1, lengths.draft_min) for c in candidates)
+        r.paused = self._paused(r.choice, candidates)
         return r
+
+    def _limits(self, draft_max: int, remaining: int) -> dict:
+        """The controller's limits for a round of at most `draft_max` drafts and `remaining` tokens."""
+        lengths = self.lengths
+        return {"draft_max": draft_max, "draft_min": lengths.draft_min, "allow_none": not lengths.always_draft,
+                "remaining": remaining}
+
+    def _candidates(self, r: _Drafted, seen: Sequence[int], draft_max: int) -> list[Candidate]:
+        """Each drafter as a candidate: the free ones asked now (into `r.proposals`), a function
+        of the history `seen` (asking is lossless); the draft models before their backlog is counted."""
+        candidates = []
+        for dr in self.drafters:
+            if dr.free:
+                p = r.proposals[dr.name] = self._propose(dr, seen, draft_max)
+                candidates.append(Candidate(dr.name, free=True, match_len=len(p.tokens), grade=p.grade))
+            else:
+                candidates.append(self._uncounted[dr.name])
+        return candidates
+
+    def _paused(self, choice: Choice, candidates: Sequence[Candidate]) -> bool:
+        """The target alone by choice, not for want of a proposal."""
+        lo = max(1, self.lengths.draft_min)
+        return choice.drafter is None and any(c.match_len is None or c.match_len >= lo for c in candidates)
 
     def _draft(self, history: Sequence[int], remaining: int) -> _Drafted:
         """Plan the round and draft its tokens: the chosen proposal (checked where the plan says),
