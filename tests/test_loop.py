@@ -957,6 +957,36 @@ def test_on_an_asynchronous_target_the_next_round_of_the_target_alone_computes_w
     assert none == 0 and in_flight > {"model+lookup": 0.4, "lookup": 0.6, "alone": 0.9}[kind], in_flight
 
 
+def test_in_lockstep_a_round_launched_ahead_is_timed_without_the_other_lanes(fake_clock: FakeClock) -> None:
+    # two generations interleaved step by step on asynchronous targets (one clock: each decode
+    # advances it): each lane waits for its own launched round inside its step, and a round
+    # launched ahead keeps the other lane's steps out of its seconds, so every round is timed
+    # as when its generation runs alone
+    from ggufspec.bench.lockstep import interleave
+
+    def lanes() -> list[tuple[FakeModel, _ToldRounds, list]]:
+        out = []
+        for seed in (0, 1):
+            target, draft = _twins(seed, fake_clock, asynchronous=True)
+            out.append((target, _ToldRounds(), [ModelDrafter(draft), LookupDrafter()]))
+        return out
+
+    def gens(ls):
+        return [generate(target=t, prompt=[1, 2, 3, 1, 2], drafters=d, max_tokens=100, controller=c)
+                for t, c, d in ls]
+
+    alone = lanes()
+    solo = [g.run() for g in gens(alone)]
+    both = lanes()
+    busy = interleave(gens(both), clock=fake_clock.now)
+    for (_, c_alone, _), (target, c_both, _), b, g in zip(alone, both, busy, solo):
+        assert [r.round_s for r in c_both.told] == pytest.approx([r.round_s for r in c_alone.told])
+        assert sum(r.paused for r in c_both.told) > 50  # (the hold's rounds: launched ahead)
+        assert not target.in_flight
+        # each lane is charged its own decodes: what its generation took alone
+        assert b == pytest.approx(g.stats.prompt_s + g.stats.gen_s)
+
+
 def test_a_generation_closed_early_still_asks_lookup_for_its_held_rounds(fake_clock: FakeClock) -> None:
     # a client that goes away: the rounds held since the last pricing have lookup asked at the
     # close, at the histories they had, not left to the next generation (whose lookup is reset)

@@ -12,6 +12,9 @@ reaches each position at about the same moment. One step of a speculative genera
 round (draft and verify) and yields its first token; the round's other tokens come out without
 work. Each lane is charged only for the time inside its own steps; what a generation measures of
 itself (the controller's round times, draft and verify seconds) never spans another lane's step.
+A lane with a `wait()` (`ggufspec.loop.engine.Generation`) has it called inside its step: on an
+asynchronous target a generation launches its next round of the target alone before it yields,
+and that device time is its own, not the next lane's (whose decode would queue behind it).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ def interleave(lanes: Sequence[Iterator[object]], *, clock: Callable[[], float] 
         try:
             next(lanes[i])
             count[i] += 1
+            wait = getattr(lanes[i], "wait", None)
+            if wait is not None:
+                wait()
         except StopIteration:
             live.remove(i)
         busy[i] += clock() - t

@@ -51,11 +51,17 @@ class Generation:
         self.tokens: list[int] = []
         self.sources: list[Source] = []
         self._text: list[str] = []
+        self._wait: Callable[[], None] | None = None  # the runner's: wait for a round launched ahead
+        self._away = 0.0  # seconds between steps declared not this generation's (`wait`)
+        self._away_since: float | None = None
 
     def __iter__(self) -> "Generation":
         return self
 
     def __next__(self) -> Step:
+        if self._away_since is not None:
+            self._away += clock.now() - self._away_since
+            self._away_since = None
         step = next(self._steps)
         self.tokens.append(step.token)
         self.sources.append(step.source)
@@ -74,6 +80,16 @@ class Generation:
 
     def close(self) -> None:
         self._steps.close()  # type: ignore[attr-defined]
+
+    def wait(self) -> None:
+        """Wait for what this generation left computing on the device (on an asynchronous target,
+        a round of the target alone launched ahead: ggufspec.loop.round_runner), and take the time
+        until its next step as not its own. Lockstep (ggufspec.bench.lockstep) calls it after each
+        step, so that each lane is charged its own device time and other lanes' steps stay out of
+        its rounds' times; without it the time between steps (the caller's) is the round's."""
+        if self._wait is not None:
+            self._wait()
+        self._away_since = clock.now()
 
 
 def generate(
@@ -165,7 +181,8 @@ def _steps(
 ) -> Iterator[Step]:
     rng = sampling.rng()
     runner = RoundRunner(target=target, drafters=drafters, controller=controller, sampling=sampling,
-                         speculative=speculative, rule=rule, rng=rng, drafting=drafting)
+                         speculative=speculative, rule=rule, rng=rng, drafting=drafting, away=lambda: gen._away)
+    gen._wait = runner.wait
     tally = RoundTally(positions=runner.positions)
     detok = Detokenizer(target.model)
     stop_text = StopText(stop)

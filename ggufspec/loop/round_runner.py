@@ -95,9 +95,12 @@ class RoundRunner:
     def __init__(
         self, *, target: Target, drafters: Sequence[Drafter], controller: DraftController | None,
         sampling: SamplingSettings, speculative: SpeculativeSettings, rule: AcceptRule, rng: np.random.Generator,
-        drafting: Callable[[], bool] | None = None,
+        drafting: Callable[[], bool] | None = None, away: Callable[[], float] | None = None,
     ) -> None:
+        """`away`: seconds so far that the generation's caller declared not its own (lockstep's
+        other lanes, `Generation.wait`): kept out of a round launched ahead."""
         self.target, self.drafters, self.controller = target, tuple(drafters), controller
+        self._away = away if away is not None else (lambda: 0.0)
         self.by_name = {d.name: d for d in self.drafters}
         # each draft model as a candidate before its backlog is counted (what `DraftController.held` reads)
         self._uncounted = {d.name: Candidate(d.name, kv_shared=d.kv_shared) for d in self.drafters if not d.free}
@@ -119,8 +122,9 @@ class RoundRunner:
         # (its input is that round's token), so that the engine's emission and the bookkeeping
         # run while the device computes it (`_ahead`)
         self._asynchronous = bool(getattr(target, "asynchronous", False))
-        # the round launched: (its input token, when its plan began, when its decode was launched, its plan)
-        self._flight: tuple[int, float, float, _Drafted] | None = None
+        # the round launched: (its input token, when its plan began, when its decode was launched,
+        # its plan, `away` then)
+        self._flight: tuple[int, float, float, _Drafted, float] | None = None
 
     @property
     def positions(self) -> int:
@@ -138,6 +142,11 @@ class RoundRunner:
             self.target.logits(0)
             self.target.truncate(self.target.n_past - 1)
         self._free.settle()
+
+    def wait(self) -> None:
+        """Wait for the device to finish a round launched ahead, if any (`Generation.wait`)."""
+        if self._flight is not None:
+            self.target.logits(0)
 
     def _propose(self, d: Drafter, history: Sequence[int], draft_len: int) -> Draft:
         return d.propose(history, draft_len=draft_len, draft_p_min=self.lengths.draft_p_min, sampled=self.sampled,
@@ -170,8 +179,10 @@ class RoundRunner:
         """The round of the target alone launched at the end of the last (`_ahead`): while the
         device computes, the bookkeeping left for later; then its token."""
         assert self._flight is not None
-        token, t_round, t, r = self._flight
+        token, t_round, t, r, away = self._flight
         self._flight = None
+        gap = self._away() - away  # (the caller's declared time away: not this round's)
+        t_round, t = t_round + gap, t + gap
         assert history[-1] == token, "the engine's history must end with the launched round's input"
         self._under_decode()
         target = self.target
@@ -225,7 +236,7 @@ class RoundRunner:
         t_round = clock.now()  # (its plan is the round's, as where the round plans itself)
         r = self._plan_ahead(history, token, remaining - 1)
         if r is not None:
-            self._flight = (token, t_round, clock.now(), r)
+            self._flight = (token, t_round, clock.now(), r, self._away())
             self.target.decode([token], logits="all", wait=False)
 
     def _plan_ahead(self, history: Sequence[int], token: int, remaining: int) -> _Drafted | None:
