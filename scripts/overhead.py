@@ -117,9 +117,14 @@ ROWS = Rows()
 
 
 class ZeroCostModel:
-    """A `Target` whose calls cost (almost) nothing; `own_s` sums the wall seconds spent in them."""
+    """A `Target` whose calls cost (almost) nothing; `own_s` sums the wall seconds spent in them.
 
-    def __init__(self, sim: SimClock, *, draft: bool, t_1: float, t_row: float, n_ctx: int = 4096) -> None:
+    With `device` > 0 its decodes take that many wall seconds a modelled second on a simulated
+    device (`--device-ms`): busy-waited inside the decode, or, `asynchronous`, left running until
+    the next logits read (`device_s` sums them, `spin_s` the wall seconds spent waiting)."""
+
+    def __init__(self, sim: SimClock, *, draft: bool, t_1: float, t_row: float, n_ctx: int = 4096,
+                 device: float = 0.0, asynchronous: bool = False) -> None:
         self.sim, self.draft, self.t_1, self.t_row = sim, draft, t_1, t_row
         self.n_ctx, self.n_batch = n_ctx, 512
         self.model = Vocab()
@@ -128,6 +133,15 @@ class ZeroCostModel:
         self._rows: list[np.ndarray] = []
         self.own_s = 0.0
         self.calls = 0
+        self.device, self.asynchronous = device, asynchronous
+        self.device_s = self.spin_s = 0.0
+        self._ready = 0.0  # when the device is done
+
+    def _spin(self) -> None:
+        t = perf()
+        while perf() < self._ready:
+            pass
+        self.spin_s += perf() - t
 
     @property
     def n_past(self) -> int:
@@ -156,11 +170,19 @@ class ZeroCostModel:
             else:
                 self._rows = []
             self.sim.t += self.t_1 + (n - 1) * self.t_row
+            if self.device:
+                dev = (self.t_1 + (n - 1) * self.t_row) * self.device
+                self.device_s += dev
+                self._ready = max(perf(), self._ready) + dev
+                if wait or not self.asynchronous:
+                    self._spin()
         self.calls += 1
         self.own_s += perf() - t
 
     def logits(self, i: int = -1) -> np.ndarray:
         t = perf()
+        if self.device:
+            self._spin()
         row = self._rows[i]
         self.own_s += perf() - t
         return row
@@ -202,12 +224,13 @@ MODES = {
 class Runner:
     """One mode's models, drafters and controller, kept across its generations."""
 
-    def __init__(self, key: str, prompt_len: int) -> None:
+    def __init__(self, key: str, prompt_len: int, *, device_ms: float = 0.0, asynchronous: bool = False) -> None:
         self.mode = MODES[key]
         self.sim = SimClock()
         a, row, b = REGIMES.get(self.mode.regime, REGIMES["pays"])
-        self.target = ZeroCostModel(self.sim, draft=False, t_1=a, t_row=row)
-        self.draft = ZeroCostModel(self.sim, draft=True, t_1=b, t_row=b / 4)
+        dev = device_ms / 1e3 / a  # wall seconds a modelled second: the target's step lasts device_ms
+        self.target = ZeroCostModel(self.sim, draft=False, t_1=a, t_row=row, device=dev, asynchronous=asynchronous)
+        self.draft = ZeroCostModel(self.sim, draft=True, t_1=b, t_row=b / 4, device=dev, asynchronous=asynchronous)
         self.drafters: list[Any] = []
         if "model" in self.mode.drafters:
             self.drafters.append(ModelDrafter(self.draft, name="model", kv_source=self.target))
@@ -266,6 +289,35 @@ def measure(keys: Sequence[str], *, repeats: int, rounds: int, max_tokens: int, 
                                  for d in sorted({d for s in ss for d in s.drafter_rounds})},
                   "drafts_per_round": sum(s.drafted for s in ss) / total,
                   "accept": (sum(s.accepted for s in ss) / max(1, sum(s.drafted for s in ss)))}
+    return out
+
+
+def measure_device(keys: Sequence[str], *, device_ms: float, repeats: int, rounds: int, max_tokens: int,
+                   prompt_len: int) -> dict[str, dict[bool, list[float]]]:
+    """Each mode on the simulated device (`--device-ms`), its decodes waited for (False) and
+    asynchronous (True: the loop launches a round of the target alone ahead and does its
+    bookkeeping while the device computes), alternated: ms a round of wall time over the device's
+    (our Python the device did not hide; the fakes' own Python off)."""
+    runners = {(k, a): Runner(k, prompt_len, device_ms=device_ms, asynchronous=a) for k in keys for a in (False, True)}
+    for r in runners.values():
+        r.generation(max_tokens)
+    out: dict[str, dict[bool, list[float]]] = {k: {False: [], True: []} for k in keys}
+    for _ in range(repeats):
+        for (k, a), r in runners.items():
+            models = (r.target, r.draft)
+            wall = 0.0
+            n = 0
+            dev0, spin0, own0 = (sum(getattr(m, f) for m in models) for f in ("device_s", "spin_s", "own_s"))
+            while n < rounds:
+                t = perf()
+                rr = r.generation(max_tokens)[1]
+                wall += perf() - t
+                n += rr
+            dev, spin, own = (sum(getattr(m, f) for m in models) - x
+                              for f, x in (("device_s", dev0), ("spin_s", spin0), ("own_s", own0)))
+            # wall = device + our Python not under it + the fakes' own Python (own - spin); the
+            # generation's first token (its prefill) included: each mode alike
+            out[k][a].append((wall - dev - (own - spin)) / n * 1e3)
     return out
 
 
@@ -399,11 +451,18 @@ def main() -> None:
     ap.add_argument("--profile", nargs="*", default=[], choices=list(MODES), help="modes to run under cProfile")
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--real", metavar="GGUF", help="also time the real llama.cpp context's Python a call on this model")
+    ap.add_argument("--device-ms", type=float, default=0.0, metavar="MS",
+                    help="also on a simulated device whose target step lasts MS ms (the H200's default pair: 1.35), "
+                         "waited for and asynchronous")
     args = ap.parse_args()
     real_now = clock.now
+    device = None
     try:
         res = measure(args.modes, repeats=args.repeats, rounds=args.rounds, max_tokens=args.max_tokens,
                       prompt_len=args.prompt_len)
+        if args.device_ms > 0:
+            device = measure_device(args.modes, device_ms=args.device_ms, repeats=args.repeats, rounds=args.rounds,
+                                    max_tokens=args.max_tokens, prompt_len=args.prompt_len)
         profiles = {k: profile(k, rounds=args.rounds, max_tokens=args.max_tokens, prompt_len=args.prompt_len,
                                top=args.top) for k in args.profile}
     finally:
@@ -419,6 +478,16 @@ def main() -> None:
         by = ", ".join(f"{d} {v:.0%}" for d, v in r["by_drafter"].items())
         print(f"| {m.name} | {m.regime} | {st.median(r['ms']):.3f} [{min(r['ms']):.3f}-{max(r['ms']):.3f}] | {r['rounds']} | "
               f"{r['tokens_per_round']:.2f} | {by} | {r['drafts_per_round']:.2f} | {r['accept']:.0%} |")
+    if device is not None:
+        print(f"\nOn a simulated device (its target step {args.device_ms} ms, the rest scaled alike; the "
+              "controller's clock as above): ms a round of wall time over the device's, median [min-max], "
+              "each decode waited for against an asynchronous device (rounds of the target alone launched "
+              "ahead, the bookkeeping under the decode):\n")
+        print("| mode | controller's clock | waited for | asynchronous |\n|---|---|---:|---:|")
+        for k, by in device.items():
+            m = MODES[k]
+            print(f"| {m.name} | {m.regime} | " + " | ".join(
+                f"{st.median(by[a]):.3f} [{min(by[a]):.3f}-{max(by[a]):.3f}]" for a in (False, True)) + " |")
     if args.real:
         print(f"\nThe real context's Python a call ({Path(args.real).name}, CPU; median microseconds):\n")
         print("| call | us |\n|---|---:|")
