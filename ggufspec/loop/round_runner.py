@@ -144,8 +144,10 @@ class RoundRunner:
         self._free.settle()
 
     def wait(self) -> None:
-        """Wait for the device to finish a round launched ahead, if any (`Generation.wait`)."""
+        """Wait for the device to finish a round launched ahead, if any (`Generation.wait`), doing
+        the bookkeeping that round would do under its decode first."""
         if self._flight is not None:
+            self._under_decode()
             self.target.logits(0)
 
     def _propose(self, d: Drafter, history: Sequence[int], draft_len: int) -> Draft:

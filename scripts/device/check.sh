@@ -20,7 +20,9 @@
 #   regime-*      bench --regimes default (4 prompts a set), then as-7b and as-1b (2 each; 2 repeats,
 #                 128 tokens; the models where `run` puts them, every layer on the GPU): target
 #                 alone, K = 2/4/8, always-draft, the default, in lockstep; `identical` counts exactness
-#   hostpy        scripts/overhead.py on the device's host: our Python a round on fake models
+#   hostpy        scripts/overhead.py on the device's host: our Python a round on fake models (and on
+#                 a simulated device, rounds of the target alone launched ahead or not)
+#   pipeline-default  scripts/pipeline_ab.py: rounds launched ahead off against on, in lockstep, on the GPU
 #   threads1-default  the default pair's regime with --threads 1 (llama.cpp's CPU threads poll)
 #   firstgen-*    scripts/device/firstgen.py: a user's one-shot run in fresh processes
 #   ab-switch-*   scripts/control_ab.py on the GPU: the controller with rule switch_cost off against
@@ -161,7 +163,11 @@ measure() {
   (( CPU )) || step regime-as-1b 100 "$(regime regimes-as-1b as-1b "$limb")"
   # our Python on this host (the fifth run: where nothing pays, 0.12 ms a round over the target
   # alone's, 3x what the 2-core EPYC's microbenchmark reads): the microbenchmark here, on fake models
-  step hostpy 60 "\$PY scripts/overhead.py --modes alone K4 default:pays default:h200 lookup:pays --repeats 3"
+  # (--device-ms: the same on a simulated device of the default pair's step, rounds launched ahead or not)
+  step hostpy 60 "\$PY scripts/overhead.py --modes alone K4 default:pays default:h200 lookup:pays --repeats 3 --rounds 600 --device-ms 1.35"
+  # rounds of the target alone launched ahead (the bookkeeping under the decode) off against on, in
+  # lockstep, the target alone and the default; where nothing pays most rounds are launched ahead
+  (( CPU )) || step pipeline-default 100 "\$PY scripts/pipeline_ab.py 2 $W/pipeline-default.json --limit 4"
   # llama.cpp's CPU threads (physical cores by default) poll after each decode even with every
   # layer on the GPU; the default pair's regime with one thread tells whether they slow our Python
   step threads1-default 120 "$(regime threads1-default default "$lim") --threads 1"
