@@ -1,4 +1,5 @@
-"""One round of the draft/verify loop, played: the engine's and the trace replay's.
+"""One round of the draft/verify loop, played: the engine's and the trace replay's (its plan, steps
+1 and 2: ggufspec.loop.round_plan).
 
 With history h (its last token not yet in the target's KV cache):
     1. plan: the free drafters propose (a function of h: asking is lossless), the controller
@@ -19,7 +20,6 @@ K = 0 is a plain target step: the target alone is the same round without draftin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -27,9 +27,10 @@ import numpy as np
 from ggufspec.loop import clock
 from ggufspec.loop.acceptance import AcceptRule, Verdict, accept_greedy, accept_match, accept_rejection
 from ggufspec.loop.control import DraftController
-from ggufspec.loop.drafters import Draft, Drafter
-from ggufspec.loop.late import FreeView, score
-from ggufspec.loop.rounds import Candidate, Choice, Round, Source
+from ggufspec.loop.drafters import Drafter
+from ggufspec.loop.late import score
+from ggufspec.loop.round_plan import Drafted, RoundPlanner
+from ggufspec.loop.rounds import Round, Source
 from ggufspec.loop.sampling import SamplingSettings, probabilities, sample
 from ggufspec.loop.speculation import SpeculativeSettings
 from ggufspec.loop.target import Target
@@ -67,28 +68,6 @@ def pick(logits: np.ndarray, sampling: SamplingSettings, rng: np.random.Generato
     return sample(probabilities(logits, sampling), rng)
 
 
-_NO_DRAFT = Draft((), ())
-
-
-@dataclass(slots=True)
-class _Drafted:
-    """What a round drafted, on its way to the verify."""
-
-    choice: Choice | None = None  # None: nothing drafted and no controller asked
-    proposals: dict[str, Draft] = field(default_factory=dict)  # free drafters' proposals, asked before the choice
-    draft: Draft = _NO_DRAFT  # the chosen drafter's (timings included)
-    tokens: tuple[int, ...] = ()  # to verify: the draft, then a free drafter's continuation
-    q_rows: tuple = ()
-    ext_by: str | None = None  # the free drafter whose continuation was appended
-    ext_grade: int = 0
-    ext_n: int = 0
-    late: int = 0  # a held round's draft_max: its free drafters asked later (ggufspec.loop.late)
-    check_s: float = 0.0
-    paused: bool = False
-    checked: bool = False
-    check_failed: bool = False
-
-
 class RoundRunner:
     """Plays rounds for one generation: `play(history, remaining)` -> (its `Round`, the tokens it emits)."""
 
@@ -101,21 +80,14 @@ class RoundRunner:
         other lanes, `Generation.wait`): kept out of a round launched ahead."""
         self.target, self.drafters, self.controller = target, tuple(drafters), controller
         self._away = away if away is not None else (lambda: 0.0)
-        self.by_name = {d.name: d for d in self.drafters}
-        # each draft model as a candidate before its backlog is counted (what `DraftController.held` reads)
-        self._uncounted = {d.name: Candidate(d.name, kv_shared=d.kv_shared) for d in self.drafters if not d.free}
-        self._models = tuple(self._uncounted.values())
-        self._free = FreeView(self.drafters, self._propose)
-        # the grades of the free drafters' proposals, for a hold that stands whatever they propose;
-        # only with a draft model among the candidates (a round held is then paused, proposal or not)
-        self._free_grades = {d.name: d.grades for d in self._free.drafters}
-        self._grades = self._free_grades if self._uncounted else None
         self.sampling, self.speculative, self.rule, self.rng = sampling, speculative, rule, rng
         self.lengths = speculative.length
-        self.drafting = drafting
         # rejection sampling needs the draft's q, so its drafts are sampled from q; greedy and
         # match take argmax drafts (q one-hot), as llama.cpp does
-        self.sampled = rule is AcceptRule.REJECTION
+        self.planner = RoundPlanner(target=target, drafters=drafters, controller=controller, sampling=sampling,
+                                    speculative=speculative, rng=rng, sampled=rule is AcceptRule.REJECTION,
+                                    drafting=drafting)
+        self._free = self.planner.free
         # a target whose decodes return before its device is done (`Target.asynchronous`): the
         # verify is launched, the bookkeeping held rounds left for later runs while it computes;
         # a round of the target alone that follows one is planned and launched at the end of it
@@ -124,7 +96,7 @@ class RoundRunner:
         self._asynchronous = bool(getattr(target, "asynchronous", False))
         # the round launched: (its input token, when its plan began, when its decode was launched,
         # its plan, `away` then)
-        self._flight: tuple[int, float, float, _Drafted, float] | None = None
+        self._flight: tuple[int, float, float, Drafted, float] | None = None
 
     @property
     def positions(self) -> int:
@@ -150,10 +122,6 @@ class RoundRunner:
             self._under_decode()
             self.target.logits(0)
 
-    def _propose(self, d: Drafter, history: Sequence[int], draft_len: int) -> Draft:
-        return d.propose(history, draft_len=draft_len, draft_p_min=self.lengths.draft_p_min, sampled=self.sampled,
-                         sampling=self.sampling, rng=self.rng)
-
     def play(self, history: Sequence[int], remaining: int) -> tuple[Round, Emitted]:
         """One round after `history`, which may emit at most `remaining` tokens. A round of K drafts
         emits up to K + 1 and needs K + 1 free KV slots; its verify fits one batch."""
@@ -161,7 +129,7 @@ class RoundRunner:
             return self._land(history, remaining)
         target = self.target
         t_round = clock.now()
-        r = self._draft(history, remaining)
+        r = self.planner.draft(history, remaining)
         kd = len(r.tokens)
         n_keep = target.n_past + 1  # the last history token stays in every case
         t = clock.now()
@@ -193,7 +161,7 @@ class RoundRunner:
         verdict = Verdict(0, pick(target.logits(0), self.sampling, self.rng), False)
         return self._finish(history, remaining, r, verdict, t_round, verify_s)
 
-    def _finish(self, history: Sequence[int], remaining: int, r: _Drafted, verdict: Verdict, t_round: float,
+    def _finish(self, history: Sequence[int], remaining: int, r: Drafted, verdict: Verdict, t_round: float,
                 verify_s: float) -> tuple[Round, Emitted]:
         """The round's record and emitted tokens (and, on an asynchronous target, the next round
         launched where it surely runs the target alone)."""
@@ -236,38 +204,10 @@ class RoundRunner:
         if remaining <= 1 or self.target.model.is_eog(token):
             return
         t_round = clock.now()  # (its plan is the round's, as where the round plans itself)
-        r = self._plan_ahead(history, token, remaining - 1)
+        r = self.planner.plan_ahead(history, token, remaining - 1)
         if r is not None:
             self._flight = (token, t_round, clock.now(), r, self._away())
             self.target.decode([token], logits="all", wait=False)
-
-    def _plan_ahead(self, history: Sequence[int], token: int, remaining: int) -> _Drafted | None:
-        """The plan of the round after `history` + `token` (which may emit `remaining` tokens) if
-        it runs the target alone whatever the free drafters would propose or as the hold says
-        after asking them; None where it is priced (or drafts)."""
-        if not self.drafters:
-            return _Drafted()
-        draft_max = min(self.lengths.draft_max, remaining - 1, self.target.n_batch - 1)
-        if draft_max <= 0:
-            return _Drafted(choice=Choice(None, 0) if self.controller is not None else None)
-        if self.controller is None or self.drafting is not None:
-            return None
-        limits = self._limits(draft_max, remaining)
-        if self._grades is not None:
-            choice = self.controller.held(drafters=self._models, grades=self._grades, **limits)
-            if choice is not None:
-                return _Drafted(choice=choice, late=draft_max, paused=True)
-        seen: Sequence[int] = history
-        if self._free.drafters:
-            seen = self._free(history)
-            seen.append(token)  # (the engine appends it to the history next: the free drafters' view is ahead)
-        r = _Drafted()
-        candidates = self._candidates(r, seen, draft_max)
-        r.choice = self.controller.held(drafters=candidates, **limits)
-        if r.choice is None:
-            return None
-        r.paused = self._paused(r.choice, candidates)
-        return r
 
     def _under_decode(self) -> None:
         """What runs while an asynchronous target computes the verify: the free drafters' asks and
@@ -280,88 +220,6 @@ class RoundRunner:
         if self.controller is not None:
             self.controller.replay()
 
-    def _plan(self, history: Sequence[int], draft_max: int, remaining: int) -> _Drafted:
-        """The round's choice (and the free drafters' proposals, asked before it)."""
-        r = _Drafted()
-        if self.controller is None:  # --fixed: the first drafter, draft_max every round
-            r.choice = Choice(self.drafters[0].name, draft_max)
-            return r
-        limits = self._limits(draft_max, remaining)
-        if self._grades is not None:  # held whatever the free drafters propose: ask them later
-            r.choice = self.controller.held(drafters=self._models, grades=self._grades, **limits)
-            if r.choice is not None:
-                r.late, r.paused = draft_max, True
-                return r
-        seen = self._free(history) if self._free.drafters else history
-        candidates = self._candidates(r, seen, draft_max)
-        r.choice = self.controller.held(drafters=candidates, **limits)
-        if r.choice is None:  # a priced round: the draft models' backlogs count
-            candidates = [c if c.free else Candidate(c.name, backlog=self.by_name[c.name].backlog(history),
-                                                     kv_shared=c.kv_shared) for c in candidates]
-            r.choice = self.controller.choose(drafters=candidates, **limits)
-        r.paused = self._paused(r.choice, candidates)
-        return r
-
-    def _limits(self, draft_max: int, remaining: int) -> dict:
-        """The controller's limits for a round of at most `draft_max` drafts and `remaining` tokens."""
-        lengths = self.lengths
-        return {"draft_max": draft_max, "draft_min": lengths.draft_min, "allow_none": not lengths.always_draft,
-                "remaining": remaining}
-
-    def _candidates(self, r: _Drafted, seen: Sequence[int], draft_max: int) -> list[Candidate]:
-        """Each drafter as a candidate: the free ones asked now (into `r.proposals`), a function
-        of the history `seen` (asking is lossless); the draft models before their backlog is counted."""
-        candidates = []
-        for dr in self.drafters:
-            if dr.free:
-                p = r.proposals[dr.name] = self._propose(dr, seen, draft_max)
-                candidates.append(Candidate(dr.name, free=True, match_len=len(p.tokens), grade=p.grade))
-            else:
-                candidates.append(self._uncounted[dr.name])
-        return candidates
-
-    def _paused(self, choice: Choice, candidates: Sequence[Candidate]) -> bool:
-        """The target alone by choice, not for want of a proposal."""
-        lo = max(1, self.lengths.draft_min)
-        return choice.drafter is None and any(c.match_len is None or c.match_len >= lo for c in candidates)
-
-    def _draft(self, history: Sequence[int], remaining: int) -> _Drafted:
-        """Plan the round and draft its tokens: the chosen proposal (checked where the plan says),
-        and a free drafter's continuation of a model's full proposal."""
-        lengths = self.lengths
-        draft_max = min(lengths.draft_max, remaining - 1, self.target.n_batch - 1)
-        if not self.drafters or (self.drafting is not None and draft_max > 0 and not self.drafting()):
-            return _Drafted()
-        if draft_max <= 0:
-            # one token left: a round of the target alone whatever the controller would say, and
-            # a free measurement of its cost, a (it resets the retry of the target alone)
-            return _Drafted(choice=Choice(None, 0) if self.controller is not None else None)
-        r = self._plan(history, draft_max, remaining)
-        choice = r.choice
-        if choice is None or choice.drafter is None:
-            return r
-        d = r.proposals.get(choice.drafter)
-        if d is not None:
-            d = Draft(d.tokens[:choice.draft_len], d.q_rows[:choice.draft_len])
-            if choice.check is not None and d.tokens:
-                d, r.choice, r.check_s = self._checked(d, choice, self.by_name[choice.check], history)
-                r.checked, r.check_failed = True, r.choice.check is None
-        else:
-            d = self._propose(self.by_name[choice.drafter], history, choice.draft_len)
-        r.draft = d
-        if len(d.tokens) < lengths.draft_min:
-            return r  # too short to verify: the target alone (its drafting's seconds counted)
-        r.tokens, r.q_rows = d.tokens, d.q_rows
-        choice = r.choice
-        if choice.extend is not None and choice.drafter not in r.proposals and len(d.tokens) == choice.draft_len:
-            # a model's full proposal: a free drafter's continuation of it, as much as pays
-            room = min(lengths.draft_extend, remaining - 1 - len(d.tokens), self.target.n_batch - 1 - len(d.tokens))
-            r.ext_by, ext = self._extension(choice, d.tokens, history, room=room)
-            if ext.tokens:
-                r.tokens, r.q_rows = d.tokens + ext.tokens, d.q_rows + ext.q_rows
-                r.ext_grade, r.ext_n = ext.grade, len(ext.tokens)
-        return r
-
     def _accept(self, draft_tokens: tuple[int, ...], q_rows: tuple) -> Verdict:
         if self.rule is AcceptRule.GREEDY:
             # row i's argmax only where the drafts before it were kept: n_accepted + 1 rows, not K + 1
@@ -372,41 +230,3 @@ class RoundRunner:
                                     variant=self.speculative.variant)
         return accept_match(draft_tokens, p_rows=rows, rng=self.rng)
 
-    def _extension(self, choice: Choice, drafts: tuple[int, ...], history: Sequence[int], *,
-                   room: int) -> tuple[str | None, Draft]:
-        """(free drafter, its tokens) to append to the chosen model's full proposal `drafts`: a free
-        drafter's continuation of history + drafts, as many tokens as pay for their verify rows
-        (`Choice.extend`), at most `room`. Lossless: a function of the history and the drafts
-        (q one-hot), so each position's q is still what drew its token."""
-        if room <= 0 or choice.extend is None:
-            return None, Draft((), ())
-        for d in self.drafters:
-            if not d.free:
-                continue
-            cont = d.continue_after(self._free(history), drafts, draft_len=room)
-            e = choice.extend(choice.drafter, draft_len=len(drafts), free=d.name, grade=cont.grade,
-                              match_len=len(cont.tokens))
-            if e > 0:
-                return d.name, Draft(cont.tokens[:e], cont.q_rows[:e], grade=cont.grade)
-        return None, Draft((), ())
-
-    def _checked(self, proposal: Draft, choice: Choice, model: Drafter,
-                 history: Sequence[int]) -> tuple[Draft, Choice, float]:
-        """A free drafter's proposal checked by draft model `model`'s first token (`Choice.check`):
-        (the round's draft, its choice, the check's seconds). Where the two first tokens agree the
-        proposal runs (check's seconds: the model's call), its first q row the model's: at T > 0
-        that token is the model's draw, the rest of the proposal a function of it and the
-        history, so each position's q is what drew it and rejection sampling stays exact. Where
-        they differ the round is the model's, `choice.check_len` tokens from the one it drafted
-        (its seconds the round's drafting)."""
-        head = self._propose(model, history, 1)
-        if not head.tokens:  # the model declined (--draft-p-min): the proposal runs unchecked (q one-hot: exact)
-            return proposal, choice, head.decode_s
-        if head.tokens[0] == proposal.tokens[0]:
-            return Draft(proposal.tokens, (head.q_rows[0], *proposal.q_rows[1:])), choice, head.decode_s
-        rest = (self._propose(model, [*history, *head.tokens], choice.check_len - 1)
-                if choice.check_len > 1 else Draft((), ()))
-        merged = Draft(head.tokens + rest.tokens, head.q_rows + rest.q_rows, head.decode_s + rest.decode_s,
-                       head.catchup_s + rest.catchup_s, head.decode_calls + rest.decode_calls,
-                       head.catchup_tokens + rest.catchup_tokens, first_s=head.first_s)
-        return merged, Choice(model.name, choice.check_len, extend=choice.extend), 0.0
