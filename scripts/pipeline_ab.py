@@ -10,8 +10,8 @@ step together on each prompt (ggufspec.bench.lockstep, which waits for each lane
 inside its step: what is measured is what the device hid of our Python, not another lane's work).
 One controller per default arm, kept across prompts. 128 tokens, greedy.
 
-    .venv/bin/python scripts/pipeline_ab.py PASSES OUT.json [--regime default] [--set tuned] [--limit N]
-        [--ngl all] [--rpc HOST:PORT,...]
+    .venv/bin/python scripts/pipeline_ab.py PASSES OUT.json [--regime default | --target REF --draft REF ...]
+        [--set tuned] [--limit N] [--ngl all] [--rpc HOST:PORT,...]
     .venv/bin/python scripts/pipeline_ab.py --report OUT.json
 
 Greedy output must be the same in every arm (checked; a difference is reported and fails the run).
@@ -55,6 +55,9 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("--set", default="tuned", choices=("tuned", "heldout"))
     ap.add_argument("--regime", default="default", help="a regime of `bench --regimes` (its target and drafters)")
+    ap.add_argument("--target", default=None, help="a target instead of the regime's (a model reference, as `run`)")
+    ap.add_argument("--draft", action="append", default=None,
+                    help="with --target: its drafters (repeatable, as `run`; default: the regime's)")
     ap.add_argument("--limit", type=int, default=None, help="the first N prompts of the set")
     ap.add_argument("--ngl", default="all", help="layers of the target and the draft on the device (as `run --ngl`)")
     ap.add_argument("--rpc", default="", help="RPC workers HOST:PORT,... (as `run --rpc`)")
@@ -72,8 +75,11 @@ def main() -> None:
 
     prompts = load_prompts(prompt_set=args.set)[:args.limit]
     regime = parse_regimes(args.regime)[0]
+    target, drafts, name = regime.target, list(regime.drafts), regime.name
+    if args.target:
+        target, drafts, name = args.target, args.draft or drafts, f"{args.target} + {'+'.join(args.draft or drafts)}"
     layers = parse_layers(args.ngl, flag="--ngl")
-    pair = load_pair(target=regime.target, draft=list(regime.drafts),
+    pair = load_pair(target=target, draft=drafts,
                      settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=layers,
                                            n_gpu_layers_draft=layers,
                                            rpc=tuple(e for e in args.rpc.split(",") if e)))
@@ -106,7 +112,7 @@ def main() -> None:
             for a, g, b in zip(ARMS, gens, busy):
                 res[f"{a}|{p.id}"].append(len(g.tokens) / max(1e-9, b - g.stats.prompt_s))
         print(f"pass {r + 1}/{args.passes} {time.strftime('%H:%M:%S')}", flush=True)
-        json.dump({"res": res, "regime": regime.name, "set": args.set, "passes": r + 1, "differs": differs},
+        json.dump({"res": res, "regime": name, "set": args.set, "passes": r + 1, "differs": differs},
                   open(args.out, "w"))
     report(args.out)
     if differs:
