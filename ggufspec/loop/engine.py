@@ -2,8 +2,8 @@
 
 Each round is played by ggufspec.loop.round_runner (plan, draft, verify, accept), which tells the
 controller its `Round` record; the record goes to the generation's tally too. On an asynchronous
-target the next round of the target alone may already be computing while the tokens are emitted. The target alone is the same
-loop with K = 0, so both paths share every line of code but drafting.
+target the next round of the target alone may already be computing while the tokens are emitted.
+The target alone is the same loop with K = 0, so both paths share every line of code but drafting.
 """
 
 from __future__ import annotations
