@@ -164,7 +164,7 @@ measure() {
   # our Python on this host (the fifth run: where nothing pays, 0.12 ms a round over the target
   # alone's, 3x what the 2-core EPYC's microbenchmark reads): the microbenchmark here, on fake models
   # (--device-ms: the same on a simulated device of the default pair's step, rounds launched ahead or not)
-  step hostpy 60 "\$PY scripts/overhead.py --modes alone K4 default:pays default:h200 lookup:pays --repeats 3 --rounds 600 --device-ms 1.35"
+  step hostpy 90 "\$PY scripts/overhead.py --modes alone K4 default:pays default:h200 lookup:pays --repeats 3 --rounds 500 --device-ms 1.35"
   # rounds of the target alone launched ahead (the bookkeeping under the decode) off against on, in
   # lockstep, the target alone and the default; where nothing pays most rounds are launched ahead
   (( CPU )) || step pipeline-default 100 "\$PY scripts/pipeline_ab.py 2 $W/pipeline-default.json --limit 4"
