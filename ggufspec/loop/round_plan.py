@@ -66,7 +66,7 @@ class RoundPlanner:
         """Plan the round and draft its tokens: the chosen proposal (checked where the plan says),
         and a free drafter's continuation of a model's full proposal."""
         lengths = self.lengths
-        draft_max = min(lengths.draft_max, remaining - 1, self.target.n_batch - 1)
+        draft_max = self._draft_max(remaining)
         if not self.drafters or (self.drafting is not None and draft_max > 0 and not self.drafting()):
             return Drafted()
         if draft_max <= 0:
@@ -106,14 +106,9 @@ class RoundPlanner:
             r.choice = Choice(self.drafters[0].name, draft_max)
             return r
         limits = self._limits(draft_max, remaining)
-        if self._grades is not None:  # held whatever the free drafters propose: ask them later
-            r.choice = self.controller.held(drafters=self._models, grades=self._grades, **limits)
-            if r.choice is not None:
-                r.late, r.paused = draft_max, True
-                return r
-        seen = self.free(history) if self.free.drafters else history
-        candidates = self._candidates(r, seen, draft_max)
-        r.choice = self.controller.held(drafters=candidates, **limits)
+        r, candidates = self._held(history, draft_max, limits)
+        if candidates is None:
+            return r
         if r.choice is None:  # a priced round: the draft models' backlogs count
             candidates = [c if c.free else Candidate(c.name, backlog=self.by_name[c.name].backlog(history),
                                                      kv_shared=c.kv_shared) for c in candidates]
@@ -127,27 +122,43 @@ class RoundPlanner:
         after asking them; None where it is priced (or drafts)."""
         if not self.drafters:
             return Drafted()
-        draft_max = min(self.lengths.draft_max, remaining - 1, self.target.n_batch - 1)
+        draft_max = self._draft_max(remaining)
         if draft_max <= 0:
             return Drafted(choice=Choice(None, 0) if self.controller is not None else None)
         if self.controller is None or self.drafting is not None:
             return None
-        limits = self._limits(draft_max, remaining)
-        if self._grades is not None:
-            choice = self.controller.held(drafters=self._models, grades=self._grades, **limits)
-            if choice is not None:
-                return Drafted(choice=choice, late=draft_max, paused=True)
-        seen: Sequence[int] = history
-        if self.free.drafters:
-            seen = self.free(history)
-            seen.append(token)  # (the engine appends it to the history next: the free drafters' view is ahead)
-        r = Drafted()
-        candidates = self._candidates(r, seen, draft_max)
-        r.choice = self.controller.held(drafters=candidates, **limits)
+        r, candidates = self._held(history, draft_max, self._limits(draft_max, remaining), ahead=token)
+        if candidates is None:
+            return r
         if r.choice is None:
             return None
         r.paused = self._paused(r.choice, candidates)
         return r
+
+    def _held(self, history: Sequence[int], draft_max: int, limits: dict, *,
+              ahead: int | None = None) -> tuple[Drafted, list[Candidate] | None]:
+        """The hold's answer for the round after `history` (and `ahead`, a token the engine appends
+        to it next): where it stands whatever the free drafters propose, their asks kept for later
+        (candidates None); else the free drafters asked now and the hold asked with them as
+        candidates (the round's choice None where it does not stand: a priced round)."""
+        assert self.controller is not None
+        if self._grades is not None:  # held whatever the free drafters propose: ask them later
+            choice = self.controller.held(drafters=self._models, grades=self._grades, **limits)
+            if choice is not None:
+                return Drafted(choice=choice, late=draft_max, paused=True), None
+        seen: Sequence[int] = history
+        if self.free.drafters:
+            seen = self.free(history)
+            if ahead is not None:
+                seen.append(ahead)  # (the engine appends it to the history next: the free drafters' view is ahead)
+        r = Drafted()
+        candidates = self._candidates(r, seen, draft_max)
+        r.choice = self.controller.held(drafters=candidates, **limits)
+        return r, candidates
+
+    def _draft_max(self, remaining: int) -> int:
+        """The most tokens a round that may emit `remaining` tokens drafts (its verify fits one batch)."""
+        return min(self.lengths.draft_max, remaining - 1, self.target.n_batch - 1)
 
     def _limits(self, draft_max: int, remaining: int) -> dict:
         """The controller's limits for a round of at most `draft_max` drafts and `remaining` tokens."""

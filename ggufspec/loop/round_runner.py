@@ -155,10 +155,9 @@ class RoundRunner:
         t_round, t = t_round + gap, t + gap
         assert history[-1] == token, "the engine's history must end with the launched round's input"
         self._under_decode()
-        target = self.target
-        target.logits(0)  # (waits for the device)
+        row = self.target.logits(0)  # (waits for the device)
         verify_s = clock.now() - t
-        verdict = Verdict(0, pick(target.logits(0), self.sampling, self.rng), False)
+        verdict = Verdict(0, pick(row, self.sampling, self.rng), False)
         return self._finish(history, remaining, r, verdict, t_round, verify_s)
 
     def _finish(self, history: Sequence[int], remaining: int, r: Drafted, verdict: Verdict, t_round: float,
