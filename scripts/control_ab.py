@@ -114,59 +114,46 @@ def main() -> None:
     if (old, old_len) == (new, new_len):
         sys.exit("error: the two arms' settings are the same; give --old (and --new) KEY=VAL")
 
-    from ggufspec.bench.lockstep import interleave
+    from ab_lanes import Lanes
     from ggufspec.bench.ours import prompt_tokens
     from ggufspec.bench.prompts import load_prompts
     from ggufspec.bench.regimes import parse_regimes
     from ggufspec.loop.control import DraftController
-    from ggufspec.loop.engine import generate
-    from ggufspec.loop.sampling import SamplingSettings
     from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
     from ggufspec.runtime import load_pair
-    from ggufspec.settings import ContextSettings, PairSettings
+    from ggufspec.settings import ContextSettings, PairSettings, parse_layers
 
     cats = args.categories.split(",") if args.categories else None
     prompts = [p for p in load_prompts(prompt_set=args.set) if cats is None or p.category in cats][:args.limit]
     regime = parse_regimes(args.regime)[0]
-    from ggufspec.settings import parse_layers
-
     layers = parse_layers(args.ngl, flag="--ngl")
     pair = load_pair(target=regime.target, draft=list(regime.drafts),
                      settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=layers,
                                            n_gpu_layers_draft=layers))
-    model = [d for d in pair.drafters if d.name != "lookup"]
+    every = [d.name for d in pair.drafters]
+    model = [n for n in every if n != "lookup"]
     arms = {
         "alone": ((), SpeculativeSettings(), None),
         "K8": (model, SpeculativeSettings(length=DraftLengthSettings(fixed=True)), None),
-        "old": (list(pair.drafters), SpeculativeSettings(length=old_len), lambda: DraftController(settings=old)),
-        "new": (list(pair.drafters), SpeculativeSettings(length=new_len), lambda: DraftController(settings=new)),
+        "old": (every, SpeculativeSettings(length=old_len), lambda: DraftController(settings=old)),
+        "new": (every, SpeculativeSettings(length=new_len), lambda: DraftController(settings=new)),
     }
     toks = {p.id: prompt_tokens(pair, p) for p in prompts}
-    # each lane its own target context and a copy of every drafter; arm i runs on lane i + b in
-    # block b (a context keeps a few percent of its own speed for the whole process: rotated,
-    # no arm carries one lane's, ggufspec.bench.ours.Ours.start)
-    names = [d.name for d in pair.drafters]
-    lanes = [(target, dict(zip(names, copies))) for target, copies in (pair.fork(list(pair.drafters)) for _ in arms)]
+    lanes = Lanes(pair, list(arms))
 
-    def gen(arm, pid, ctl, lane):
-        target, copies = lanes[lane]
-        return generate(target=target, prompt=toks[pid], drafters=[copies[d.name] for d in arms[arm][0]],
-                        max_tokens=128, cache_prompt=False, sampling=SamplingSettings(temperature=0.0),
-                        speculative=arms[arm][1], controller=ctl)
+    def start(arm, pid, ctl, lane):
+        return lanes.generate(lane, toks[pid], drafters=arms[arm][0], speculative=arms[arm][1], controller=ctl)
 
-    for i, arm in enumerate(arms):
-        gen(arm, prompts[0].id, DraftController(), i).run()  # warm the lane
+    lanes.warm(lambda arm, lane: start(arm, prompts[0].id, DraftController(), lane))
     ctls = {arm: (make() if make else None) for arm, (_, _, make) in arms.items()}
     res = collections.defaultdict(list)
     for r in range(args.passes):
         if args.fresh and r:
             ctls = {arm: (make() if make else None) for arm, (_, _, make) in arms.items()}
         for j, p in enumerate(prompts):
-            block = r * len(prompts) + j
-            gens = [gen(a, p.id, ctls[a], (i + block) % len(arms)) for i, a in enumerate(arms)]
-            busy = interleave(gens)
-            for a, g, b in zip(arms, gens, busy):
-                res[f"{a}|{p.id}"].append(len(g.tokens) / max(1e-9, b - g.stats.prompt_s))
+            done = lanes.block(r * len(prompts) + j, lambda arm, lane: start(arm, p.id, ctls[arm], lane))
+            for a, (g, rate) in zip(arms, done):
+                res[f"{a}|{p.id}"].append(rate)
                 if a in ("old", "new"):
                     res[f"{a}|{p.id}|stats"].append([g.stats.rounds, g.stats.checks, g.stats.checks_failed,
                                                      dict(g.stats.drafter_rounds), dict(g.stats.k_hist),

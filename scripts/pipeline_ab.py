@@ -63,13 +63,11 @@ def main() -> None:
     ap.add_argument("--rpc", default="", help="RPC workers HOST:PORT,... (as `run --rpc`)")
     args = ap.parse_args()
 
-    from ggufspec.bench.lockstep import interleave
+    from ab_lanes import Lanes
     from ggufspec.bench.ours import prompt_tokens
     from ggufspec.bench.prompts import load_prompts
     from ggufspec.bench.regimes import parse_regimes
     from ggufspec.loop.control import DraftController
-    from ggufspec.loop.engine import generate
-    from ggufspec.loop.sampling import SamplingSettings
     from ggufspec.runtime import load_pair
     from ggufspec.settings import ContextSettings, PairSettings, parse_layers
 
@@ -87,30 +85,23 @@ def main() -> None:
         sys.exit("error: the target's decodes wait for the CPU (no GPU or RPC device): nothing to launch ahead; "
                  "give --ngl with a GPU, or --rpc")
     toks = {p.id: prompt_tokens(pair, p) for p in prompts}
-    names = [d.name for d in pair.drafters]
-    lanes = [(target, dict(zip(names, copies))) for target, copies in (pair.fork(list(pair.drafters)) for _ in ARMS)]
+    lanes = Lanes(pair, ARMS)
 
-    def gen(arm: str, pid: str, ctl, lane: int):
-        target, copies = lanes[lane]
-        target.asynchronous = arm.endswith(":on")
-        drafters = [copies[n] for n in names] if arm.startswith("default") else []
-        return generate(target=target, prompt=toks[pid], drafters=drafters, max_tokens=128, cache_prompt=False,
-                        sampling=SamplingSettings(temperature=0.0), controller=ctl)
+    def start(arm: str, pid: str, ctl, lane: int):
+        return lanes.generate(lane, toks[pid], drafters=lanes.names if arm.startswith("default") else (),
+                              controller=ctl, asynchronous=arm.endswith(":on"))
 
-    for i, arm in enumerate(ARMS):
-        gen(arm, prompts[0].id, DraftController(), i).run()  # warm the lane
+    lanes.warm(lambda arm, lane: start(arm, prompts[0].id, DraftController(), lane))
     ctls = {a: (DraftController() if a.startswith("default") else None) for a in ARMS}
     res: dict[str, list] = collections.defaultdict(list)
     differs = []
     for r in range(args.passes):
         for j, p in enumerate(prompts):
-            block = r * len(prompts) + j
-            gens = [gen(a, p.id, ctls[a], (i + block) % len(ARMS)) for i, a in enumerate(ARMS)]
-            busy = interleave(gens)
-            if any(g.tokens != gens[0].tokens for g in gens):
+            done = lanes.block(r * len(prompts) + j, lambda arm, lane: start(arm, p.id, ctls[arm], lane))
+            if any(g.tokens != done[0][0].tokens for g, _ in done):
                 differs.append(p.id)
-            for a, g, b in zip(ARMS, gens, busy):
-                res[f"{a}|{p.id}"].append(len(g.tokens) / max(1e-9, b - g.stats.prompt_s))
+            for a, (_, rate) in zip(ARMS, done):
+                res[f"{a}|{p.id}"].append(rate)
         print(f"pass {r + 1}/{args.passes} {time.strftime('%H:%M:%S')}", flush=True)
         json.dump({"res": res, "regime": name, "set": args.set, "passes": r + 1, "differs": differs},
                   open(args.out, "w"))
