@@ -723,6 +723,38 @@ def test_the_verify_line_follows_this_machines_measurements_not_the_prior() -> N
         assert abs(ctrl.verify_s(k) - a * (1.0 + 0.107 * k)) < 0.05 * a
 
 
+def _lookup_first_choice(settings: ControlSettings, *, prefill_row: float) -> tuple[float, Choice]:
+    """A fresh controller on a compute-bound target (a = 7.7 ms, a prompt token of its prefill
+    `prefill_row` a, a verify row 0.58 a: the Q4_1 SmolLM2 on a 2-core EPYC), a 200-token prompt,
+    a few rounds of the target alone; then lookup offers 6 tokens it never proposed before (its
+    prior curve, 0.6 a token). Returns V(6) as priced and the choice."""
+    a = 0.0077
+    ctrl = DraftController(settings=settings)
+    ctrl.begin(target_prefill=(200, 200 * prefill_row * a))
+    for _ in range(4):
+        ctrl.choose(drafters=[], draft_max=8)
+        ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=a))
+    c = ctrl.choose(drafters=[Candidate("lookup", free=True, match_len=6)], draft_max=8)
+    return ctrl.verify_s(6) / a, c
+
+
+def test_a_verify_row_is_priced_no_cheaper_than_a_token_of_the_targets_prefill() -> None:
+    # Rule prefill_slope. Before any verify is measured the line is its prior, 0.2 a a row: on
+    # this target (0.58 a a row) a fresh controller priced lookup's first 6-token proposal at
+    # 2.5 a against the 4.8 a it costs, and took it (the Q4_1 grid's first lookup rounds: 0.2-0.3
+    # of the target alone's tokens a second). With the prefill's 0.40 a a token as the floor of the
+    # prior slope, it is priced at 3.7 a and the target alone runs.
+    on, off = ControlSettings(), ControlSettings(prefill_slope=False)
+    v_on, c_on = _lookup_first_choice(on, prefill_row=0.40)
+    v_off, c_off = _lookup_first_choice(off, prefill_row=0.40)
+    assert v_off == pytest.approx(1.0 + 0.3 + 0.2 * 6)
+    assert v_on == pytest.approx(1.0 + 0.3 + 0.40 * 6)
+    assert c_off.drafter == "lookup" and c_on.drafter is None
+    # where a prefill token is cheaper than the prior's row (an F32 target, any GPU) nothing changes
+    v_cheap, c_cheap = _lookup_first_choice(on, prefill_row=0.08)
+    assert v_cheap == pytest.approx(v_off) and c_cheap == c_off
+
+
 def _first_call_sim(ctrl: DraftController, rounds: int, *, alpha: float, f: float, b: float, a: float,
                     rng: np.random.Generator, tell_first: bool = True) -> list[int]:
     """Rounds of one draft model whose K calls cost f + K b (the first call imports the target's

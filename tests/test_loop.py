@@ -302,6 +302,30 @@ def test_the_controller_keeps_drafting_when_it_pays(fake_clock: FakeClock) -> No
     assert gen.stats.generated_tokens / gen.stats.gen_s > 1.5 / target.t_1  # faster than the target alone
 
 
+def test_the_targets_prompt_prefill_floors_the_verify_lines_prior(fake_clock: FakeClock) -> None:
+    # rule prefill_slope through the loop: a compute-bound target (a = 10 ms, 8 ms an extra row)
+    # prefills a 20-token prompt in 10 + 19 x 8 ms; the controller is told, and before any verify
+    # is measured it prices a row at that prefill's 8.1 ms a token, not at the prior's 0.2 a
+    target, _ = pair(seed=1, fake_clock=fake_clock)
+    target.t_row = 0.008
+    prompt = list(range(1, 21))
+    runs = {}
+    for on in (True, False):
+        ctrl = DraftController(settings=ControlSettings(prefill_slope=on))
+        generate(target=target, prompt=prompt, drafters=[LookupDrafter()], max_tokens=3, controller=ctrl,
+                 cache_prompt=False).run()
+        a = ctrl.base_s()
+        runs[on] = (ctrl.verify_s(8) - a) / a
+    p = (0.010 + 19 * 0.008) / 20 / 0.010
+    assert runs[True] == pytest.approx(0.3 + 8 * p)
+    assert runs[False] == pytest.approx(0.3 + 8 * 0.2)
+    # a prompt mostly in the cache prefills a few tokens: they measure the call, not a row
+    ctrl = DraftController()
+    generate(target=target, prompt=prompt, drafters=[LookupDrafter()], max_tokens=3, controller=ctrl).run()
+    generate(target=target, prompt=prompt + [30, 31], drafters=[LookupDrafter()], max_tokens=3, controller=ctrl).run()
+    assert (ctrl.verify_s(8) - ctrl.base_s()) / ctrl.base_s() == pytest.approx(0.3 + 8 * 0.2)
+
+
 def test_the_pair_controller_keeps_its_estimates_across_generations(fake_clock: FakeClock) -> None:
     target, draft = pair(seed=1, noise=1.2, fake_clock=fake_clock, draft_cost=0.010)
     target.t_row = 0.008

@@ -59,10 +59,11 @@ class DraftController(Extensions):
         self._last: str | None = None  # the source of the last round
         self._shared: set[str] = set()  # draft models that import the target's KV cache (last round's candidates)
 
-    def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
+    def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None,
+              target_prefill: tuple[int, float] | None = None) -> None:
         self.replay()
         self._rows, self._switched_by = (0, 0), None  # the prompt's prefill: another shape, no drafter's
-        super().begin(prefilled=prefilled, prefill=prefill)
+        super().begin(prefilled=prefilled, prefill=prefill, target_prefill=target_prefill)
 
     def choose(
         self, *, drafters: Sequence[Candidate], draft_max: int, draft_min: int = 0, allow_none: bool = True,

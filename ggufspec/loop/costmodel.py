@@ -7,9 +7,14 @@ nothing measures a; one that drafted bounds it from above: K + 1 rows cost no le
 
 V(K): a round verifying K drafts, drafting excluded, whoever proposed them. (v0, v) is the
 weighted least-squares line through the median verify-and-Python time of each K measured lately
-(weight min(n, 4)), with the prior v0 = 0.3 a, v = 0.2 a as two pseudo-samples of weight
+(weight min(n, 4)), with the prior v0 = 0.3 a, v = max(0.2 a, p) as two pseudo-samples of weight
 `verify_prior_weight` (1/4) at K = 1 and K = 8. Not linear from 0: a verify's first extra row
-costs more than the next ones on a CPU.
+costs more than the next ones on a CPU. Rule `prefill_slope`: p is the low median of the target's
+prompt prefills, seconds a token (prompts of >= 16 new tokens). A row of a small verify batch costs
+no less than a token of a large prefill (the same matrix products, less work to share them), so
+where rows are compute-bound (a quantized target on a CPU: prefill 0.40 a a token, verify rows
+0.58 a, on a 2-core EPYC) the prior starts there instead of at 0.2 a, and the first dear proposals
+are priced near what they cost; on a GPU or an F32 CPU target p < 0.2 a and nothing changes.
 
 Expiry (`expire`): a drafter's timing samples (b, f, u, its prefill's) and the verify line's are
 forgotten `expire` rounds after they were taken: the estimate falls back to its prior and the next
@@ -55,6 +60,7 @@ class CostModel:
         self._base = Samples(settings.window)  # seconds of rounds that drafted nothing
         self._bound = Samples(settings.window)  # verify-and-Python seconds of rounds that drafted
         self._verify: dict[int, Samples] = {}  # K -> verify-and-Python seconds of rounds of K drafts
+        self._prefill_row = Samples(settings.window)  # the target's prompt prefills, seconds a token (`prefill_slope`)
         self._memo: dict[tuple, object] = {}  # this state's estimates (`per_state`)
         # rounds not yet observed (a hold's, ggufspec.loop.hold): (round number, round); every
         # estimate replays them first (`per_state`)
@@ -125,7 +131,11 @@ class CostModel:
         """(v0, v): weighted least squares of V(K) - a = v0 + v K over K >= 1 (module docstring)."""
         w = self.settings.verify_prior_weight
         fresh = self._fresh()
-        pts = [(1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)]  # (K, V(K) - a, weight)
+        p = self._prefill_row.median(self.round, 1 << 30) if self.settings.prefill_slope else None
+        if p is not None and p > a * V1:  # rule prefill_slope: rows no cheaper than a prefill's
+            pts = [(1.0, a * V0 + p, w), (8.0, a * V0 + 8 * p, w)]  # (K, V(K) - a, weight)
+        else:
+            pts = [(1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)]
         pts += [(float(k), m - a, float(min(len(samples), 4))) for k, samples in self._verify.items()
                 if (m := self._recent(samples, fresh)) is not None]
         return fit_line(pts)

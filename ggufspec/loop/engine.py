@@ -193,7 +193,9 @@ def _steps(
     t_start = clock.now()
     cached = _prefill_target(target, prompt, drafters, cache_prompt=cache_prompt)
     pending: Emitted = [(pick(target.logits(-1), sampling, rng), Source.TARGET, None)]
-    _prefill_drafters(prompt, drafters, controller, drafting=drafting, remaining=min(max_tokens, target.n_ctx - len(prompt)))
+    target_prefill = (len(prompt) - cached, clock.now() - t_start)  # (the logits read waited for it)
+    _prefill_drafters(prompt, drafters, controller, drafting=drafting, remaining=min(max_tokens, target.n_ctx - len(prompt)),
+                      target_prefill=target_prefill)
     t_first = clock.now()  # the prompt's time: the target's prefill and the draft models'
     kd = 0  # tokens the round that produced `pending` drafted
     try:
@@ -250,9 +252,10 @@ def _prefill_target(target: Target, prompt: list[int], drafters: tuple[Drafter, 
 
 def _prefill_drafters(
     prompt: list[int], drafters: tuple[Drafter, ...], controller: DraftController | None, *,
-    drafting: Callable[[], bool] | None, remaining: int,
+    drafting: Callable[[], bool] | None, remaining: int, target_prefill: tuple[int, float] | None = None,
 ) -> None:
-    """Prefill the drafters that may run soon with the prompt, and start the controller's generation."""
+    """Prefill the drafters that may run soon with the prompt, and start the controller's generation
+    (`target_prefill`: the target's prompt tokens decoded and seconds)."""
     # a server slot that starts while another generates runs the target alone (`drafting`): its
     # draft models' prefill would be paid for nothing (measured: ~19% of the decode time with 4
     # clients); they catch up if the slot drafts later
@@ -268,4 +271,4 @@ def _prefill_drafters(
             if not d.free:
                 prefilled[d.name] = (max(0, lacks - 1), seconds)  # (the last prompt token waits for the first draft)
     if controller is not None and drafting_now:  # (a slot beside others leaves the pair's controller alone)
-        controller.begin(prefilled=list(prefilled), prefill=prefilled)
+        controller.begin(prefilled=list(prefilled), prefill=prefilled, target_prefill=target_prefill)

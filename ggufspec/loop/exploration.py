@@ -215,10 +215,11 @@ class Exploration(CatchUp):
         ceiling = self.ceiling_rate(name, lo=1, cap=self._caps.get(name, 1))
         return ceiling is not None and ceiling * self.settings.close > best
 
-    def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
+    def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None,
+              target_prefill: tuple[int, float] | None = None) -> None:
         """A generation starts; the draft models in `prefilled` hold its prompt and open it
         (`opening` rounds; 1 where it lost clearly when last chosen). `prefill`: tokens and
-        seconds each prefill took."""
+        seconds each prefill took; `target_prefill`: the target's (rule `prefill_slope`)."""
         self._memo.clear()  # this generation's counts start now
         best = max(self._rates.values(), default=0.0)
         exploring, self._exploring = self._exploring, set()
@@ -236,6 +237,8 @@ class Exploration(CatchUp):
         for name, (tokens, seconds) in (prefill or {}).items():
             if tokens >= 16:  # (a few tokens measure the call, not the tokens)
                 self._model(name, False).prefill.add(self.round, seconds / tokens)
+        if target_prefill is not None and target_prefill[0] >= 16 and self.timed:
+            self._prefill_row.add(self.round, target_prefill[1] / target_prefill[0])
         self._memo.clear()
 
     def _after_retry(self, name: str | None, emitted: int, charged_s: float, a: float) -> None:

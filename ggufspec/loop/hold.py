@@ -62,9 +62,10 @@ class Hold(Exploration):
         # makes another hold)
         self._grades_over: Held | None = None
 
-    def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None) -> None:
+    def begin(self, *, prefilled: Sequence[str] = (), prefill: Mapping[str, tuple[int, float]] | None = None,
+              target_prefill: tuple[int, float] | None = None) -> None:
         self._hold = None  # a new prompt: its openings and candidates decide afresh
-        super().begin(prefilled=prefilled, prefill=prefill)
+        super().begin(prefilled=prefilled, prefill=prefill, target_prefill=target_prefill)
 
     def held(
         self, *, drafters: Sequence[Candidate], grades: Mapping[str, Sequence[int]] | None = None, draft_max: int,
