@@ -42,6 +42,8 @@ RULES = {  # rule -> the default with it off
     "check pricing": "default@check_pricing=0", "continuation-priced K": "default@extend_k=0",
     "switch cost (graphs only)": "default@switch_cost=0",
     "probe b": "default@probe_b=0",
+    "calibrate on two rounds (off: one)": "default@calibrate=1",
+    "prefill slope (inert here: the replay's prefill costs nothing)": "default@prefill_slope=0",
 }
 
 

@@ -1203,3 +1203,36 @@ def test_one_slow_start_of_the_draft_does_not_hold_k_1_or_the_target_alone(allow
         assert sum(k >= 3 for k in ks) > 90, ks
     stuck = [tail_ks(False, seed) for seed in range(3)]
     assert any(sum(k >= 3 for k in ks) < 10 for ks in stuck), stuck  # (the failure the rule removes)
+
+
+def _first_rounds(settings: ControlSettings, *, slow_first: float, rounds: int = 60) -> str:
+    """A fresh controller and a draft model that loses (the target's own weights as draft: a draft
+    token costs a, every draft kept; a verify of K drafts a (2 + 0.45 (K - 1)), the Q4_1 SmolLM2 on
+    a 2-core EPYC: K = 8 delivers 9 tokens in 13.2 a, 0.68 x the target alone); the process's first
+    round of the target alone `slow_first` times its cost. Each round's K, '.' the target alone."""
+    a = 0.008
+    ctl = DraftController(settings=settings)
+    ctl.begin(prefilled=["m"])
+    out = []
+    for i in range(rounds):
+        c = ctl.choose(drafters=[Candidate("m", kv_shared=True)], draft_max=8)
+        k = c.draft_len if c.drafter else 0
+        round_s = a * (2.0 + 0.45 * (k - 1)) + k * a if k else a * (slow_first if i == 0 else 1.0)
+        ctl.observe(Round(choice=c, drafted=k, accepted=k, emitted=k + 1, round_s=round_s, draft_s=k * a,
+                          draft_first_s=a if k else None, draft_calls=k))
+        out.append(str(k) if k else ".")
+    return "".join(out)
+
+
+@pytest.mark.parametrize("slow_first", [1.0, 1.5, 2.0, 3.0])
+def test_one_slow_first_round_does_not_set_a_for_a_retry_interval(slow_first: float) -> None:
+    # Rule calibrate. With a measured by one round, a first round 1.5x slow priced the target alone
+    # at 1 / 1.5 a and this losing draft ran 32 rounds on end, at 2x all 60 (in the q4_1 regime's
+    # lockstep A/B, once in ~140 fresh controllers: the draft model in 35 of 36 rounds over three
+    # prompts, 0.63x the target alone). a is the fastest of the first two rounds now: the draft
+    # runs its opening and a probe, no more.
+    rounds = _first_rounds(ControlSettings(), slow_first=slow_first)
+    assert rounds.startswith("..") and sum(c != "." for c in rounds) <= 3, rounds
+    if slow_first >= 1.5:
+        off = _first_rounds(ControlSettings(calibrate=1), slow_first=slow_first)
+        assert sum(c != "." for c in off) >= 30, off

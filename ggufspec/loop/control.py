@@ -3,7 +3,10 @@
 A round runs the target alone (K = 0, source "none") or lets one drafter d propose K tokens.
 Each round `choose` picks:
 1. calibration: while a is unmeasured (or suspect: rule `recheck`, a drafting round under a / 2),
-   the target alone;
+   the target alone; at the start until `calibrate` rounds measured it (rule `calibrate`: a is the
+   fastest of them, and one slow first round (x1.5) otherwise priced every drafter against an a too
+   high, so a drafter that loses ran until the target alone's retry, up to `retry` x `spacing`
+   rounds later);
 2. an opening round of a prompt, a catch-up that does not pay, a retry or a confirmation
    (ggufspec.loop.exploration, ggufspec.loop.catchup);
 3. else the source with the highest R_s (ggufspec.loop.throughput), except that the draft model in
@@ -106,7 +109,9 @@ class DraftController(Extensions):
             options[NONE] = (0, 1.0 / a if a else None)
         if len(options) == 1:
             return self._only(options, lo, caps)
-        if (a is None or self._recheck) and NONE in options:  # calibrate: a is the unit of every estimate
+        # calibrate: a is the unit of every estimate, and the fastest of its samples (rule `calibrate`:
+        # more than one at the start, a slow first one would leave it high for a retry interval)
+        if (a is None or self._recheck or (self.timed and len(self._base) < self.settings.calibrate)) and NONE in options:
             self._recheck = False
             return Choice(None, 0, retry=True)
         both = {n: self._throughputs(n, r) for n, (_, r) in options.items()}  # (R_s, P_s)

@@ -23,7 +23,7 @@ PRIOR_WEIGHT = 0.25  # each of the verify line's two prior points, against a med
 @dataclass(frozen=True, kw_only=True)
 class ControlSettings:
     """The controller's horizons (in rounds) and robustness knobs. A rule's switch off is the
-    rule's absence (opening = 0, confirm = 0, spacing = 1, check_rounds = 0, winsor = inf, expire = inf, or False)."""
+    rule's absence (opening = 0, confirm = 0, spacing = 1, calibrate = 1, check_rounds = 0, winsor = inf, expire = inf, or False)."""
 
     retry: int = 32  # a source not run for this many rounds runs next
     decay: float = 0.95  # weight of a source's realized round per later round of that source, in a generation
@@ -44,6 +44,7 @@ class ControlSettings:
     spacing: float = 4.0  # the most `retry` intervals between two retries of the target alone (1: every `retry`)
     verify_prior_weight: float = PRIOR_WEIGHT  # each prior point of the verify line
     hold: int = 8  # rounds a clear choice of the target alone stands without re-estimating (0: every round)
+    calibrate: int = 2  # rounds of the target alone that measure a before a drafter runs (1: one, the rule off)
     hold_margin: float = 0.1  # ... clear: the target alone's rate at least (1 + this) x every other source's
     expire: float = 1024.0  # rounds a drafter's timing sample or a verify sample counts (inf: forever; ggufspec.loop.costmodel)
     # rule switches (off: the rule's absence)
@@ -74,7 +75,7 @@ class ControlSettings:
     switch_rounds: float = 4.0  # ... a drafter's round pays S / max(its runs' median length, this)
 
     def __post_init__(self) -> None:
-        if (self.retry < 1 or self.window < 1 or self.spacing < 1 or self.opening < 0 or self.check_rounds < 0
+        if (self.retry < 1 or self.calibrate < 1 or self.window < 1 or self.spacing < 1 or self.opening < 0 or self.check_rounds < 0
                 or self.hold < 0 or self.hold_margin < 0 or not self.expire > 0 or not 0 < self.hopeless_share <= 1 or self.switch_rounds < 1
                 or not all(0 < x <= 1 for x in (self.decay, self.accept_decay, self.idle_decay))):
             raise ValueError(f"bad control settings: {self}")
