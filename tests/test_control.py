@@ -1224,15 +1224,32 @@ def _first_rounds(settings: ControlSettings, *, slow_first: float, rounds: int =
     return "".join(out)
 
 
-@pytest.mark.parametrize("slow_first", [1.0, 1.5, 2.0, 3.0])
+@pytest.mark.parametrize("slow_first", [1.0, 1.5, 2.0])
 def test_one_slow_first_round_does_not_set_a_for_a_retry_interval(slow_first: float) -> None:
     # Rule calibrate. With a measured by one round, a first round 1.5x slow priced the target alone
     # at 1 / 1.5 a and this losing draft ran 32 rounds on end, at 2x all 60 (in the q4_1 regime's
     # lockstep A/B, once in ~140 fresh controllers: the draft model in 35 of 36 rounds over three
-    # prompts, 0.63x the target alone). a is the fastest of the first two rounds now: the draft
-    # runs its opening and a probe, no more.
+    # prompts, 0.63x the target alone). Where a drafter leads by less than 1.5x on one sample of a,
+    # a second comes first now (a is the faster): the draft runs its opening and a round, no more
+    # (stalls up to ~2.2x here: the draft's 0.68x times the stall stays under 1.5x).
     rounds = _first_rounds(ControlSettings(), slow_first=slow_first)
-    assert rounds.startswith("..") and sum(c != "." for c in rounds) <= 3, rounds
+    assert sum(c != "." for c in rounds) <= 4 and rounds.endswith("." * 50), rounds
     if slow_first >= 1.5:
         off = _first_rounds(ControlSettings(calibrate=1), slow_first=slow_first)
         assert sum(c != "." for c in off) >= 30, off
+
+
+def test_a_drafter_that_wins_clearly_does_not_wait_for_a_second_sample_of_a() -> None:
+    # Rule calibrate's cost where drafting pays: a draft that leads by more than 1.5x on the first
+    # sample of a runs on without a second round of the target alone (a second one cost a fresh
+    # controller's first generation 1.4% on the default pair: 0.986 [0.974-0.999], 24 passes)
+    ctl = DraftController()
+    a, b = 0.020, 0.002  # a cheap draft that keeps every token: ~3-4x the target alone
+    picks = []
+    for _ in range(40):
+        c = ctl.choose(drafters=[Candidate("m", kv_shared=True)], draft_max=8)
+        k = c.draft_len if c.drafter else 0
+        ctl.observe(Round(choice=c, drafted=k, accepted=k, emitted=k + 1, round_s=a * (1.0 + 0.1 * k) + k * b,
+                          draft_s=k * b, draft_first_s=b if k else None, draft_calls=k))
+        picks.append(k)
+    assert picks[0] == 0 and all(picks[1:32]), picks

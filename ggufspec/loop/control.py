@@ -3,16 +3,17 @@
 A round runs the target alone (K = 0, source "none") or lets one drafter d propose K tokens.
 Each round `choose` picks:
 1. calibration: while a is unmeasured (or suspect: rule `recheck`, a drafting round under a / 2),
-   the target alone; at the start until `calibrate` rounds measured it (rule `calibrate`: a is the
-   fastest of them, and one slow first round (x1.5) otherwise priced every drafter against an a too
-   high, so a drafter that loses ran until the target alone's retry, up to `retry` x `spacing`
-   rounds later);
+   the target alone;
 2. an opening round of a prompt, a catch-up that does not pay, a retry or a confirmation
    (ggufspec.loop.exploration, ggufspec.loop.catchup);
 3. else the source with the highest R_s (ggufspec.loop.throughput), except that the draft model in
    step (it ran last round, rule `hysteresis`) is judged by max(R_s, P_s); its K maximises
    E_d(K) / T_d(K) over [max(1, draft_min), cap] (ggufspec.loop.costmodel), the optimistic K once
-   every `retry` rounds (rule `k_probe`).
+   every `retry` rounds (rule `k_probe`). Rule `calibrate`: while fewer than `calibrate` rounds
+   measured a, a drafter that the estimates prefer by less than STALL = 1.5x waits for one more
+   (a is the fastest of them): one slow first round (x1.5) otherwise priced the target alone too
+   dear, and a drafter that loses ran until its retry, up to `retry` x `spacing` rounds later.
+   Where a drafter wins by more, a first round that slow cannot have decided it.
 `observe` learns from the round: timing samples, accept counts (a free drafter's proposal is
 scored every round, chosen or not), and the source's realized rate with its seconds winsorized
 at `winsor` T(K) (rule `winsor`).
@@ -49,6 +50,8 @@ from ggufspec.loop.estimates import B_MODEL, Samples
 from ggufspec.loop.extension import Extensions
 from ggufspec.loop.hold import HELD
 from ggufspec.loop.rounds import NONE, Candidate, Choice, Round
+
+STALL = 1.5  # rule calibrate: a first round of the target alone this much slow is guarded against
 
 __all__ = ["SYNCED", "ControlSettings", "DraftController"]
 
@@ -109,9 +112,7 @@ class DraftController(Extensions):
             options[NONE] = (0, 1.0 / a if a else None)
         if len(options) == 1:
             return self._only(options, lo, caps)
-        # calibrate: a is the unit of every estimate, and the fastest of its samples (rule `calibrate`:
-        # more than one at the start, a slow first one would leave it high for a retry interval)
-        if (a is None or self._recheck or (self.timed and len(self._base) < self.settings.calibrate)) and NONE in options:
+        if (a is None or self._recheck) and NONE in options:  # calibrate: a is the unit of every estimate
             self._recheck = False
             return Choice(None, 0, retry=True)
         both = {n: self._throughputs(n, r) for n, (_, r) in options.items()}  # (R_s, P_s)
@@ -143,6 +144,9 @@ class DraftController(Extensions):
                     and not self._drafters[self._last].free and self._last not in shared):
                 held[self._last] = max(held[self._last], self._pooled[self._last])
             name = max(options, key=lambda n: held[n])  # ties: the first drafter given, none last
+            if (name != NONE and NONE in options and self.timed and len(self._base) < self.settings.calibrate
+                    and held[name] <= STALL * rates[NONE]):  # rule calibrate: a another sample first
+                return Choice(None, 0)
             k = options[name][0]
             if name == NONE:
                 self._hold_none(held, models, lo, allow_none)

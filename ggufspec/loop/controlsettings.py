@@ -44,7 +44,7 @@ class ControlSettings:
     spacing: float = 4.0  # the most `retry` intervals between two retries of the target alone (1: every `retry`)
     verify_prior_weight: float = PRIOR_WEIGHT  # each prior point of the verify line
     hold: int = 8  # rounds a clear choice of the target alone stands without re-estimating (0: every round)
-    calibrate: int = 2  # rounds of the target alone that measure a before a drafter runs (1: one, the rule off)
+    calibrate: int = 2  # rounds of the target alone that measure a before a drafter wins by less than 1.5x (1: the rule off)
     hold_margin: float = 0.1  # ... clear: the target alone's rate at least (1 + this) x every other source's
     expire: float = 1024.0  # rounds a drafter's timing sample or a verify sample counts (inf: forever; ggufspec.loop.costmodel)
     # rule switches (off: the rule's absence)
