@@ -10,9 +10,39 @@ target alone included, via the generation's `wait`).
 """
 from __future__ import annotations
 
+import argparse
+import sys
 from typing import Any, Callable, Sequence
 
 MAX_TOKENS = 128
+
+
+def ab_parser(doc: str, report: Callable[[str], None], *, ngl: str, ngl_help: str) -> argparse.ArgumentParser | None:
+    """The command line both A/Bs share: `--report OUT.json` prints that run's report (None back);
+    else a parser with PASSES OUT.json, --set, --regime, --limit and --ngl (default `ngl`), to
+    which the script adds its own."""
+    if sys.argv[1:2] == ["--report"]:
+        report(sys.argv[2])
+        return None
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("passes", type=int)
+    ap.add_argument("out")
+    ap.add_argument("--set", default="tuned", choices=("tuned", "heldout"))
+    ap.add_argument("--regime", default="default", help="a regime of `bench --regimes` (its target and drafters)")
+    ap.add_argument("--limit", type=int, default=None, help="the first N prompts of the set")
+    ap.add_argument("--ngl", default=ngl, help=ngl_help)
+    return ap
+
+
+def load_ab_pair(target: str, drafts: Sequence[str], *, ngl: str, rpc: Sequence[str] = ()) -> Any:
+    """The pair the lanes fork: a 1,024-token context, `ngl` layers of both models on the device."""
+    from ggufspec.runtime import load_pair
+    from ggufspec.settings import ContextSettings, PairSettings, parse_layers
+
+    layers = parse_layers(ngl, flag="--ngl")
+    return load_pair(target=target, draft=list(drafts),
+                     settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=layers,
+                                           n_gpu_layers_draft=layers, rpc=tuple(rpc)))
 
 
 class Lanes:

@@ -90,46 +90,33 @@ def _settings(pairs: list[str]):
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--report"]:
-        report(sys.argv[2])
-        return
-    import argparse
+    from ab_lanes import Lanes, ab_parser, load_ab_pair
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("passes", type=int)
-    ap.add_argument("out")
+    ap = ab_parser(__doc__, report, ngl="0", ngl_help="layers of the target and the draft on a GPU: 0 (default: the "
+                                                      "CPU), a count, 'all' or 'auto' (the planner's, as `run`)")
+    if ap is None:
+        return
     ap.add_argument("--old", nargs="*", default=[], metavar="KEY=VAL")
     ap.add_argument("--new", nargs="*", default=[], metavar="KEY=VAL")
-    ap.add_argument("--set", default="tuned", choices=("tuned", "heldout"))
     ap.add_argument("--categories", default=None)
-    ap.add_argument("--regime", default="default", help="a regime of `bench --regimes` (its target and drafters)")
-    ap.add_argument("--limit", type=int, default=None, help="the first N prompts of the set")
     ap.add_argument("--fresh", action="store_true",
                     help="each pass starts old's and new's controllers afresh (passes independent: "
                          "the report adds an interval over passes)")
-    ap.add_argument("--ngl", default="0", help="layers of the target and the draft on a GPU: 0 (default: the CPU), "
-                                              "a count, 'all' or 'auto' (the planner's, as `run`)")
     args = ap.parse_args()
     (old, old_len), (new, new_len) = _settings(args.old), _settings(args.new)
     if (old, old_len) == (new, new_len):
         sys.exit("error: the two arms' settings are the same; give --old (and --new) KEY=VAL")
 
-    from ab_lanes import Lanes
     from ggufspec.bench.ours import prompt_tokens
     from ggufspec.bench.prompts import load_prompts
     from ggufspec.bench.regimes import parse_regimes
     from ggufspec.loop.control import DraftController
     from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
-    from ggufspec.runtime import load_pair
-    from ggufspec.settings import ContextSettings, PairSettings, parse_layers
 
     cats = args.categories.split(",") if args.categories else None
     prompts = [p for p in load_prompts(prompt_set=args.set) if cats is None or p.category in cats][:args.limit]
     regime = parse_regimes(args.regime)[0]
-    layers = parse_layers(args.ngl, flag="--ngl")
-    pair = load_pair(target=regime.target, draft=list(regime.drafts),
-                     settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=layers,
-                                           n_gpu_layers_draft=layers))
+    pair = load_ab_pair(regime.target, regime.drafts, ngl=args.ngl)
     every = [d.name for d in pair.drafters]
     model = [n for n in every if n != "lookup"]
     arms = {

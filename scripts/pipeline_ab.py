@@ -45,42 +45,28 @@ def report(path: str) -> None:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--report"]:
-        report(sys.argv[2])
-        return
-    import argparse
+    from ab_lanes import Lanes, ab_parser, load_ab_pair
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("passes", type=int)
-    ap.add_argument("out")
-    ap.add_argument("--set", default="tuned", choices=("tuned", "heldout"))
-    ap.add_argument("--regime", default="default", help="a regime of `bench --regimes` (its target and drafters)")
+    ap = ab_parser(__doc__, report, ngl="all", ngl_help="layers of the target and the draft on the device (as `run --ngl`)")
+    if ap is None:
+        return
     ap.add_argument("--target", default=None, help="a target instead of the regime's (a model reference, as `run`)")
     ap.add_argument("--draft", action="append", default=None,
                     help="with --target: its drafters (repeatable, as `run`; default: the regime's)")
-    ap.add_argument("--limit", type=int, default=None, help="the first N prompts of the set")
-    ap.add_argument("--ngl", default="all", help="layers of the target and the draft on the device (as `run --ngl`)")
     ap.add_argument("--rpc", default="", help="RPC workers HOST:PORT,... (as `run --rpc`)")
     args = ap.parse_args()
 
-    from ab_lanes import Lanes
     from ggufspec.bench.ours import prompt_tokens
     from ggufspec.bench.prompts import load_prompts
     from ggufspec.bench.regimes import parse_regimes
     from ggufspec.loop.control import DraftController
-    from ggufspec.runtime import load_pair
-    from ggufspec.settings import ContextSettings, PairSettings, parse_layers
 
     prompts = load_prompts(prompt_set=args.set)[:args.limit]
     regime = parse_regimes(args.regime)[0]
     target, drafts, name = regime.target, list(regime.drafts), regime.name
     if args.target:
         target, drafts, name = args.target, args.draft or drafts, f"{args.target} + {'+'.join(args.draft or drafts)}"
-    layers = parse_layers(args.ngl, flag="--ngl")
-    pair = load_pair(target=target, draft=drafts,
-                     settings=PairSettings(context=ContextSettings(n_ctx=1024), n_gpu_layers=layers,
-                                           n_gpu_layers_draft=layers,
-                                           rpc=tuple(e for e in args.rpc.split(",") if e)))
+    pair = load_ab_pair(target, drafts, ngl=args.ngl, rpc=[e for e in args.rpc.split(",") if e])
     if not pair.target_ctx.asynchronous:
         sys.exit("error: the target's decodes wait for the CPU (no GPU or RPC device): nothing to launch ahead; "
                  "give --ngl with a GPU, or --rpc")
