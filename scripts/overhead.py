@@ -441,6 +441,35 @@ def host() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}"
 
 
+def decisions(key: str, *, generations: int, max_tokens: int, prompt_len: int) -> tuple[str, int]:
+    """(a hash of every choice and every round's outcome, choices) of `generations` generations of mode `key`: the simulated clock
+    makes them deterministic, so a change that only speeds our Python must leave the hash as it was."""
+    import hashlib
+
+    r = Runner(key, prompt_len)
+    h, seen = hashlib.sha256(), 0
+    choose = r.controller.choose
+
+    def recorded(**kwargs: Any) -> Any:
+        nonlocal seen
+        ch = choose(**kwargs)
+        h.update(repr(ch).encode())
+        seen += 1
+        return ch
+
+    observe = r.controller.observe
+
+    def observed(rnd: Any) -> None:  # every round, held ones too: what ran and what it kept
+        h.update(repr((rnd.choice, rnd.drafted, rnd.accepted, rnd.emitted)).encode())
+        observe(rnd)
+
+    r.controller.choose = recorded  # type: ignore[method-assign]
+    r.controller.observe = observed  # type: ignore[method-assign]
+    for _ in range(generations):
+        r.generation(max_tokens)
+    return h.hexdigest()[:12], seen
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
@@ -454,8 +483,19 @@ def main() -> None:
     ap.add_argument("--device-ms", type=float, default=0.0, metavar="MS",
                     help="also on a simulated device whose target step lasts MS ms (the H200's default pair: 1.35), "
                          "waited for and asynchronous")
+    ap.add_argument("--decisions", type=int, default=0, metavar="N",
+                    help="only print a hash of every choice of N generations a mode (a speed-up must not change it)")
     args = ap.parse_args()
     real_now = clock.now
+    if args.decisions:
+        try:
+            for k in args.modes:
+                digest, n = decisions(k, generations=args.decisions, max_tokens=args.max_tokens,
+                                      prompt_len=args.prompt_len)
+                print(f"{k}: {digest} ({n} choices)")
+        finally:
+            clock.now = real_now
+        return
     device = None
     try:
         res = measure(args.modes, repeats=args.repeats, rounds=args.rounds, max_tokens=args.max_tokens,
