@@ -310,8 +310,10 @@ def test_summary_medians_per_prompt_then_over_prompts() -> None:
     assert d["k_eff"] == 3.0 and d["draft_rounds_share"] == pytest.approx(5 / 7)
     assert d["accept_rate_by_position"] == pytest.approx([0.8, 0.6, 0.2])
     assert d["verify_cost"] == pytest.approx(1.3)  # halfway between K=2 and K=4
-    assert s["expected_speedup"] == pytest.approx(bench.expected_speedup(a=0.8, k=3, c=0.25))
-    assert d["expected_speedup_measured_verify"] == pytest.approx(bench.expected_speedup_measured_verify(a=0.8, k=3, c=0.25, v=1.3))
+    # the default drafted in 5 of its 7 rounds: the other 2 are plain target steps
+    assert s["expected_speedup"] == pytest.approx(bench.expected_speedup_partial(a=0.8, k=3, c=0.25, share=5 / 7))
+    assert d["expected_speedup_measured_verify"] == pytest.approx(
+        bench.expected_speedup_partial(a=0.8, k=3, c=0.25, share=5 / 7, v=1.3))
     # c as it happened: 0.01 s per run over 15 drafted, against the target alone's 1 s per 10 tokens
     assert d["c_runs"] == pytest.approx((0.06 / 90) / 0.1)
     # token-identical share per configuration, then the median over those that recorded it
@@ -323,6 +325,42 @@ def test_summary_medians_per_prompt_then_over_prompts() -> None:
     assert lk["expected_speedup"] == pytest.approx(0.5 * (1 + 0.6 + 0.36 + 0.216) + 0.5)
     assert by["d K=2"]["runs"] == 0 and "tps" not in by["d K=2"]
     assert s["vs_native"] is None and s["llama_bench_tps"] is None
+
+
+def test_without_the_microbenchmark_the_bound_takes_the_costs_the_runs_measured() -> None:
+    """`bench --regimes` runs no microbenchmark, and the default's drafter (a model + lookup) is
+    never priced by one: Theorem 3.8 then takes c and the verify cost as they happened in the runs,
+    and the headline says so."""
+    from ggufspec.bench.summary import summarise
+    from ggufspec.bench.writers import _expected_detail
+
+    plan = _hand_plan()
+    cfg = {c.name: c for c in plan.configs}
+    alone, default = cfg["target alone"], cfg[plan.default_config]
+    # the target alone: 10 tokens after the first in 1 s, a step of 0.1 s
+    runs = [_rec(alone, p, r, 10.0, gen_s=1.0, identical=True) for p in ("p1", "p2") for r in range(3)]
+    # 6 rounds: 1 of the target alone (K = 0), 5 drafting 3 each; verify 0.1 + 5 x 0.15 s, so a
+    # drafting round's verify costs 1.5 steps; drafting 0.06 s for 15 tokens, c = 0.04
+    spec = dict(drafted=15, accepted=12, rejections=3, rounds=6, k_hist={0: 1, 3: 5}, drafted_at=[5, 5, 5],
+                accepted_at=[5, 4, 3], draft_s=0.06, verify_s=0.1 + 5 * 0.15)
+    runs += [_rec(default, p, r, 20.0, identical=True, **spec) for p in ("p1", "p2") for r in range(3)]
+    s = summarise(plan, runs, micro={})
+    d = next(c for c in s["configs"] if c["name"] == plan.default_config)
+    assert d["c"] is None and d["verify_cost"] is None  # no microbenchmark
+    assert d["c_runs"] == pytest.approx(0.04) and d["verify_cost_runs"] == pytest.approx(1.5)
+    assert d["costs_from"] == "runs" and s["expected_costs_from"] == "runs"
+    alpha = bench.estimate_alpha(accepted=12, rejections=3)
+    assert s["expected_speedup"] == pytest.approx(bench.expected_speedup_partial(a=alpha, k=3, c=0.04, share=5 / 6))
+    assert s["expected_speedup_measured_verify"] == pytest.approx(
+        bench.expected_speedup_partial(a=alpha, k=3, c=0.04, share=5 / 6, v=1.5))
+    assert _expected_detail(s) == (f" ({s['expected_speedup_measured_verify']:.2f}x with the verify as measured; "
+                                   "costs as they happened in the runs)")
+    # with the microbenchmark's figures the runs' are not used
+    s2 = summarise(plan, runs, micro={"c": {"d": 0.25}, "verify_cost": {"2": 1.2, "4": 1.4}})
+    d2 = next(c for c in s2["configs"] if c["name"] == plan.default_config)
+    assert d2["costs_from"] == "microbenchmark"
+    assert s2["expected_speedup_measured_verify"] == pytest.approx(
+        bench.expected_speedup_partial(a=alpha, k=3, c=0.25, share=5 / 6, v=1.3))
 
 
 def test_import_does_not_load_llama_cpp() -> None:

@@ -118,6 +118,8 @@ def regime_rows(regime: Regime, summary: Mapping[str, Any] | None, *, note: str 
             "best": cell.get("reference"), "best_speedup": cell.get("reference_speedup"),
             "ratio": cell.get("ratio"), "ratio_low": cell.get("ratio_low"), "ratio_high": cell.get("ratio_high"),
             "accept_rate": d.get("accept_rate"),
+            # Theorem 3.8 at the default's alpha, K, c and verify cost as the runs measured them
+            "bound": d.get("expected_speedup_measured_verify"),
             "ms_draft": mpt.get("draft"), "ms_verify": mpt.get("verify"), "ms_python": mpt.get("python"),
             "holds": None if cell.get("ratio") is None else cell["ratio"] >= 0.97,
             "note": note,
@@ -140,13 +142,16 @@ def regimes_markdown(rows: Sequence[Mapping[str, Any]], *, machine: str, command
         f"Machine: {machine}. Command: `{command}`.", "",
         "speedup: the default's generation tok/s over the target alone's (median over prompts); "
         "vs best: default / max(1, best fixed-K or always-draft rival); [90% interval over repeats]; "
+        "bound: Theorem 3.8 (Leviathan et al. 2023) at the default's accept rate, mean K, draft cost c and verify "
+        "cost as its runs measured them (a verify of K + 1 rows in target steps); "
         "ms/token: the default's draft / verify / Python time per generated token.", "",
-        "| regime | set | prompts | target tok/s | speedup | best rival | vs best | holds (>= 0.97) | accept | ms/token d/v/py |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| regime | set | prompts | target tok/s | speedup | best rival | vs best | holds (>= 0.97) | bound | accept "
+        "| ms/token d/v/py |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r.get("note") and r.get("speedup") is None:
-            lines.append(f"| {r['label']} | – | – | – | skipped: {r['note']} | | | | | |")
+            lines.append(f"| {r['label']} | – | – | – | skipped: {r['note']} | | | | | | |")
             continue
         best = f"{r['best']} ({_f(r['best_speedup'])}x)" if r.get("best") else "–"
         split = "/".join(_f(r.get(k), "{:.1f}") for k in ("ms_draft", "ms_verify", "ms_python"))
@@ -154,5 +159,5 @@ def regimes_markdown(rows: Sequence[Mapping[str, Any]], *, machine: str, command
             f"| {r['label']} | {r['set']} | {r['prompts']} | {_f(r['target_tps'], '{:.1f}')} | "
             f"{_iv(r['speedup'], r['speedup_low'], r['speedup_high'])} | {best} | "
             f"{_iv(r['ratio'], r['ratio_low'], r['ratio_high'])} | {'–' if r['holds'] is None else ('yes' if r['holds'] else 'NO')} | "
-            f"{_f(r['accept_rate'], '{:.0%}')} | {split} |")
+            f"{_f(r.get('bound'))}{'x' if r.get('bound') is not None else ''} | {_f(r['accept_rate'], '{:.0%}')} | {split} |")
     return "\n".join(lines) + "\n"

@@ -84,6 +84,8 @@ def _summarise_prompts(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Map
         "accept_rate": default.get("accept_rate"),
         "alpha": default.get("alpha"),
         "expected_speedup": default.get("expected_speedup"),
+        "expected_speedup_measured_verify": default.get("expected_speedup_measured_verify"),
+        "expected_costs_from": default.get("costs_from"),
         "target_alone_tps": base_cfg.get("tps"),
         "default_tps": default.get("tps"),
         "best_ours": _pick(best_ours, "name", "tps", "speedup"),
@@ -327,10 +329,17 @@ def _config_entry(
     # c as it happened in the runs: draft decode time per drafted token / plain target step
     c_runs = (sum(r.draft_s for r in rs) / drafted) / base_step if drafted and base_step else None
     v = _verify_cost(micro, k_eff)
-    entry.update(alpha=alpha, k_eff=k_eff, c=c, c_runs=c_runs, verify_cost=v)
+    v_runs = _verify_cost_runs(rs, base_step)
+    entry.update(alpha=alpha, k_eff=k_eff, c=c, c_runs=c_runs, verify_cost=v, verify_cost_runs=v_runs)
+    # where the microbenchmark priced no such drafter (the default's model + lookup, or a bench
+    # without it: --regimes) the bound takes the costs as they happened in the runs
+    entry["costs_from"] = "microbenchmark" if c is not None else "runs" if c_runs is not None else None
+    c = c if c is not None else c_runs
+    v = v if v is not None else v_runs
     if c is not None and draft_rounds:
-        # lookup drafts only where it finds a match: the other rounds are plain target steps
-        share = (draft_rounds / rounds if rounds else 1.0) if cfg.draft == LOOKUP else 1.0
+        # a drafter proposes only in some rounds (lookup where it finds a match; under the
+        # controller, where it did not choose the target alone): the other rounds are plain steps
+        share = (draft_rounds / rounds if rounds else 1.0) if cfg.draft == LOOKUP or not cfg.fixed else 1.0
         entry["expected_speedup"] = expected_speedup_partial(a=alpha, k=k_eff, c=c, share=share)
         if v is not None:
             entry["expected_speedup_measured_verify"] = expected_speedup_partial(a=alpha, k=k_eff, c=c, share=share, v=v)
@@ -356,6 +365,18 @@ def _pooled_step(runs: Sequence[RunRecord], *, temperature: float) -> float | No
     rs = [r for r in runs if r.engine == "ggufspec" and r.draft == BASELINE and r.temperature == temperature]
     n = sum(r.generated_tokens - 1 for r in rs)
     return sum(r.gen_s for r in rs) / n if n else None
+
+
+def _verify_cost_runs(rs: Sequence[RunRecord], base_step: float | None) -> float | None:
+    """A drafting round's verify in plain target steps, as it happened in the runs `rs`: their
+    verify seconds less a plain step for each round that drafted nothing, over the rounds that
+    drafted (None: no drafting round, or no target-alone step to price them by)."""
+    if not base_step:
+        return None
+    plain = sum(r.k_hist.get(0, 0) for r in rs)
+    drafting = sum(r.rounds for r in rs) - plain
+    verify_s = sum(r.verify_s for r in rs) - plain * base_step
+    return verify_s / drafting / base_step if drafting > 0 and verify_s > 0 else None
 
 
 def _verify_cost(micro: Mapping, k_eff: float) -> float | None:
