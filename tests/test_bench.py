@@ -337,22 +337,23 @@ def test_without_the_microbenchmark_the_bound_takes_the_costs_the_runs_measured(
     plan = _hand_plan()
     cfg = {c.name: c for c in plan.configs}
     alone, default = cfg["target alone"], cfg[plan.default_config]
-    # the target alone: 10 tokens after the first in 1 s, a step of 0.1 s
-    runs = [_rec(alone, p, r, 10.0, gen_s=1.0, identical=True) for p in ("p1", "p2") for r in range(3)]
-    # 6 rounds: 1 of the target alone (K = 0), 5 drafting 3 each; verify 0.1 + 5 x 0.15 s, so a
-    # drafting round's verify costs 1.5 steps; drafting 0.06 s for 15 tokens, c = 0.04
+    # the target alone: 10 tokens after the first in 1 s; llama.cpp's decode 0.08 s of each 0.1 s step
+    runs = [_rec(alone, p, r, 10.0, gen_s=1.0, verify_s=0.8, rounds=10, identical=True)
+            for p in ("p1", "p2") for r in range(3)]
+    # 6 rounds: 1 of the target alone (K = 0), 5 drafting 3 each; verify 0.08 + 5 x 0.12 s, so a
+    # drafting round's verify costs 1.5 decode steps; drafting 0.06 s for 15 tokens, c = 0.05
     spec = dict(drafted=15, accepted=12, rejections=3, rounds=6, k_hist={0: 1, 3: 5}, drafted_at=[5, 5, 5],
-                accepted_at=[5, 4, 3], draft_s=0.06, verify_s=0.1 + 5 * 0.15)
+                accepted_at=[5, 4, 3], draft_s=0.06, verify_s=0.08 + 5 * 0.12)
     runs += [_rec(default, p, r, 20.0, identical=True, **spec) for p in ("p1", "p2") for r in range(3)]
     s = summarise(plan, runs, micro={})
     d = next(c for c in s["configs"] if c["name"] == plan.default_config)
     assert d["c"] is None and d["verify_cost"] is None  # no microbenchmark
-    assert d["c_runs"] == pytest.approx(0.04) and d["verify_cost_runs"] == pytest.approx(1.5)
+    assert d["c_runs"] == pytest.approx(0.05) and d["verify_cost_runs"] == pytest.approx(1.5)
     assert d["costs_from"] == "runs" and s["expected_costs_from"] == "runs"
     alpha = bench.estimate_alpha(accepted=12, rejections=3)
-    assert s["expected_speedup"] == pytest.approx(bench.expected_speedup_partial(a=alpha, k=3, c=0.04, share=5 / 6))
+    assert s["expected_speedup"] == pytest.approx(bench.expected_speedup_partial(a=alpha, k=3, c=0.05, share=5 / 6))
     assert s["expected_speedup_measured_verify"] == pytest.approx(
-        bench.expected_speedup_partial(a=alpha, k=3, c=0.04, share=5 / 6, v=1.5))
+        bench.expected_speedup_partial(a=alpha, k=3, c=0.05, share=5 / 6, v=1.5))
     assert _expected_detail(s) == (f" ({s['expected_speedup_measured_verify']:.2f}x with the verify as measured; "
                                    "costs as they happened in the runs)")
     # with the microbenchmark's figures the runs' are not used
@@ -361,6 +362,28 @@ def test_without_the_microbenchmark_the_bound_takes_the_costs_the_runs_measured(
     assert d2["costs_from"] == "microbenchmark"
     assert s2["expected_speedup_measured_verify"] == pytest.approx(
         bench.expected_speedup_partial(a=alpha, k=3, c=0.25, share=5 / 6, v=1.3))
+
+
+def test_the_bound_at_a_runs_own_costs() -> None:
+    from ggufspec.bench.expected import MeasuredBound, measured_bound, verify_steps
+
+    # 10 rounds: 2 of the target alone at 0.01 s each, 8 drafting 4 each with verifies of 0.02 s
+    b = measured_bound(accepted=24, rejections=6, drafted=32, drafting_rounds=8, rounds=10, draft_s=0.064,
+                       verify_s=2 * 0.01 + 8 * 0.02, step_s=0.01)
+    assert b is not None and (b.alpha, b.k, b.share) == (0.8, 4.0, 0.8)
+    assert b.c == pytest.approx(0.2) and b.verify == pytest.approx(2.0)
+    assert b.speedup == pytest.approx(bench.expected_speedup_partial(a=0.8, k=4, c=0.2, share=0.8, v=2.0))
+    # nothing drafted, or no step to price by: no bound
+    assert measured_bound(accepted=0, rejections=0, drafted=0, drafting_rounds=0, rounds=10, draft_s=0.0,
+                          verify_s=0.1, step_s=0.01) is None
+    assert measured_bound(accepted=1, rejections=0, drafted=1, drafting_rounds=1, rounds=1, draft_s=0.01,
+                          verify_s=0.01, step_s=0.0) is None
+    # a verify that measured nothing beyond the plain rounds' steps: priced as one step
+    b2 = measured_bound(accepted=1, rejections=0, drafted=1, drafting_rounds=1, rounds=3, draft_s=0.001,
+                        verify_s=0.02, step_s=0.01)
+    assert isinstance(b2, MeasuredBound) and b2.verify is None
+    assert b2.speedup == pytest.approx(bench.expected_speedup_partial(a=1.0, k=1, c=0.1, share=1 / 3, v=1.0))
+    assert verify_steps(verify_s=0.05, rounds=3, plain_rounds=1, step_s=0.01) == pytest.approx(2.0)
 
 
 def test_import_does_not_load_llama_cpp() -> None:

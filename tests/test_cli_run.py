@@ -167,6 +167,18 @@ def test_several_drafts_are_named_in_stats_and_in_the_verbose_legend(
     assert set(stats["drafter_rounds"]) <= {tiny_draft_q8.stem, "lookup", "none"}
     assert sum(stats["drafter_rounds"].values()) == sum(stats["k_hist"].values()) == stats["rounds"]
     assert all(k.isdigit() for k in stats["k_hist"])
+    # Theorem 3.8 at this run's own costs (the target alone's run gives the step)
+    drafting = stats["rounds"] - stats["k_hist"].get("0", 0)
+    if stats["drafted"]:
+        b = out["bound"]
+        assert b["k"] == pytest.approx(stats["drafted"] / drafting, abs=1e-3)
+        assert b["share"] == pytest.approx(drafting / stats["rounds"], abs=1e-3)
+        assert 0.0 <= b["alpha"] <= 1.0 and b["c"] >= 0.0 and b["speedup"] > 0.0
+    else:
+        assert "bound" not in out
+    table = ggufspec(*common, "--compare", "--always-draft")
+    assert table.returncode == 0, table.stderr
+    assert "Theorem 3.8 bound" in table.stderr and "its alpha K c v share" in table.stderr
     verbose = ggufspec(*common, "-v", "--always-draft")
     assert verbose.returncode == 0, verbose.stderr
     assert f"accepted from {tiny_draft_q8.stem}" in verbose.stdout and "accepted from lookup" in verbose.stdout

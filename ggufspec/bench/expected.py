@@ -9,6 +9,8 @@ One formula, `expected_speedup_partial`; the other two are its cases s = 1 (and 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 def expected_tokens(a: float, k: float) -> float:
     """E(K) = 1 + a + ... + a^K = (1 - a^(K+1)) / (1 - a); K may be fractional (a mean over rounds)."""
@@ -59,3 +61,42 @@ def estimate_alpha(*, accepted: int, rejections: int) -> float:
     and the first rejected one of each round), the share it kept."""
     judged = accepted + rejections
     return accepted / judged if judged else 0.0
+
+
+@dataclass(frozen=True)
+class MeasuredBound:
+    """Theorem 3.8 priced with what a run measured: `alpha` (estimate_alpha), `k` the mean drafts of
+    a drafting round, `c` a drafted token's seconds over a target step, `verify` a drafting round's
+    verify in target steps (None: not measured, priced as 1), `share` of rounds that drafted."""
+
+    alpha: float
+    k: float
+    c: float
+    verify: float | None
+    share: float
+    speedup: float
+
+
+def verify_steps(*, verify_s: float, rounds: int, plain_rounds: int, step_s: float) -> float | None:
+    """A drafting round's verify in target steps: the verify seconds of `rounds` rounds, less one
+    step for each of the `plain_rounds` that drafted nothing, over the rounds that drafted (None:
+    none drafted, or nothing measured)."""
+    drafting = rounds - plain_rounds
+    left = verify_s - plain_rounds * step_s
+    return left / drafting / step_s if drafting > 0 and step_s > 0 and left > 0 else None
+
+
+def measured_bound(*, accepted: int, rejections: int, drafted: int, drafting_rounds: int, rounds: int,
+                   draft_s: float, verify_s: float, step_s: float) -> MeasuredBound | None:
+    """Theorem 3.8 at one run's (or a pool of runs') own costs, the rounds that drafted nothing
+    counted as plain steps (`expected_speedup_partial`); `step_s`: the target alone's decode seconds
+    a step (llama.cpp's, as `verify_s` and `draft_s` are: our Python is left out, as the theory
+    leaves it). None where nothing was drafted or no step was measured."""
+    if drafted <= 0 or drafting_rounds <= 0 or rounds <= 0 or step_s <= 0:
+        return None
+    alpha = estimate_alpha(accepted=accepted, rejections=rejections)
+    k, c = drafted / drafting_rounds, draft_s / drafted / step_s
+    v = verify_steps(verify_s=verify_s, rounds=rounds, plain_rounds=rounds - drafting_rounds, step_s=step_s)
+    share = drafting_rounds / rounds
+    return MeasuredBound(alpha, k, c, v, share,
+                         expected_speedup_partial(a=alpha, k=k, c=c, share=share, v=1.0 if v is None else v))

@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ggufspec.bench.configs import BASELINE, LOOKUP, BenchPlan, Config
-from ggufspec.bench.expected import estimate_alpha, expected_speedup, expected_speedup_partial
+from ggufspec.bench.expected import estimate_alpha, expected_speedup, expected_speedup_partial, verify_steps
 from ggufspec.bench.prompts import set_names
 from ggufspec.bench.results import RunRecord
 from ggufspec.bench.spread import Samples, ratio_interval
@@ -54,7 +54,9 @@ def _summarise_prompts(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Map
     ok = [r for r in runs if r.error is None and r.generated_tokens > 1]
     base_tps = _baseline_tps(ok)
     base_step = _pooled_step(ok, temperature=0.0)
-    configs = [_config_entry(cfg, runs, ok, base_tps=base_tps, base_step=base_step, micro=micro) for cfg in plan.configs]
+    decode_step = _pooled_decode_step(ok, temperature=0.0)
+    configs = [_config_entry(cfg, runs, ok, base_tps=base_tps, base_step=base_step, micro=micro, decode_step=decode_step)
+               for cfg in plan.configs]
 
     by_name = {c["name"]: c for c in configs}
     default = by_name.get(plan.default_config, {})
@@ -271,7 +273,7 @@ def _median_of(ratios: Mapping[str, float], ids: set[str]) -> float | None:
 
 def _config_entry(
     cfg: Config, runs: Sequence[RunRecord], ok: Sequence[RunRecord], *, base_tps: BaseTps,
-    base_step: float | None, micro: Mapping,
+    base_step: float | None, micro: Mapping, decode_step: float | None = None,
 ) -> dict[str, Any]:
     """One configuration's figures (the rows of bench.md's table)."""
     rs = [r for r in ok if r.config == cfg.name]
@@ -326,10 +328,12 @@ def _config_entry(
     if cfg.engine != "ggufspec":
         return entry
     c = micro.get("c", {}).get(cfg.draft)
-    # c as it happened in the runs: draft decode time per drafted token / plain target step
-    c_runs = (sum(r.draft_s for r in rs) / drafted) / base_step if drafted and base_step else None
+    # c as it happened in the runs: draft decode time per drafted token / a target step (llama.cpp's
+    # decode where the runs timed it, else the target alone's seconds a token)
+    step = decode_step or base_step
+    c_runs = (sum(r.draft_s for r in rs) / drafted) / step if drafted and step else None
     v = _verify_cost(micro, k_eff)
-    v_runs = _verify_cost_runs(rs, base_step)
+    v_runs = _verify_cost_runs(rs, decode_step)
     entry.update(alpha=alpha, k_eff=k_eff, c=c, c_runs=c_runs, verify_cost=v, verify_cost_runs=v_runs)
     # where the microbenchmark priced no such drafter (the default's model + lookup, or a bench
     # without it: --regimes) the bound takes the costs as they happened in the runs
@@ -367,16 +371,21 @@ def _pooled_step(runs: Sequence[RunRecord], *, temperature: float) -> float | No
     return sum(r.gen_s for r in rs) / n if n else None
 
 
-def _verify_cost_runs(rs: Sequence[RunRecord], base_step: float | None) -> float | None:
-    """A drafting round's verify in plain target steps, as it happened in the runs `rs`: their
-    verify seconds less a plain step for each round that drafted nothing, over the rounds that
-    drafted (None: no drafting round, or no target-alone step to price them by)."""
-    if not base_step:
+def _pooled_decode_step(runs: Sequence[RunRecord], *, temperature: float) -> float | None:
+    """Seconds of one decode of our target alone (llama.cpp's: its verify seconds a round, our Python
+    left out), pooled over runs; None where the runs did not time it."""
+    rs = [r for r in runs if r.engine == "ggufspec" and r.draft == BASELINE and r.temperature == temperature]
+    n = sum(r.rounds for r in rs)
+    s = sum(r.verify_s for r in rs)
+    return s / n if n and s > 0 else None
+
+
+def _verify_cost_runs(rs: Sequence[RunRecord], step_s: float | None) -> float | None:
+    """A drafting round's verify in target steps, as it happened in the runs `rs` (`verify_steps`)."""
+    if not step_s:
         return None
-    plain = sum(r.k_hist.get(0, 0) for r in rs)
-    drafting = sum(r.rounds for r in rs) - plain
-    verify_s = sum(r.verify_s for r in rs) - plain * base_step
-    return verify_s / drafting / base_step if drafting > 0 and verify_s > 0 else None
+    return verify_steps(verify_s=sum(r.verify_s for r in rs), rounds=sum(r.rounds for r in rs),
+                        plain_rounds=sum(r.k_hist.get(0, 0) for r in rs), step_s=step_s)
 
 
 def _verify_cost(micro: Mapping, k_eff: float) -> float | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 
 from ggufspec.commands import (
     add_draft_kv_argument,
@@ -216,6 +217,9 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
     draft = "+".join(pair.draft_name(d) for d in pair.drafters) or "none"
     result: dict = {"text": gen.text, "target": str(pair.target_path), "draft": draft, "stats": stats,
                     "devices": [d.as_dict() for d in pair.devices]}
+    bound = _bound(gen, baseline)
+    if bound is not None:
+        result["bound"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(bound).items()}
     load = None
     if comparison is not None:
         import statistics
@@ -259,6 +263,12 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
         ("time: draft / verify / python", f"{s.draft_s:.2f} / {s.verify_s:.2f} / {s.overhead_s:.2f} s",
          f"- / {baseline.stats.verify_s:.2f} / {baseline.stats.overhead_s:.2f} s" if baseline else None),
     ]
+    if bound is not None:
+        v = "?" if bound.verify is None else f"{bound.verify:.2f}"
+        # what the theory allows at the costs this run measured (--json: "bound"; docs/BENCH.md)
+        rows.append(("Theorem 3.8 bound", f"{bound.speedup:.2f}x", "" if baseline else None))
+        rows.append(("its alpha K c v share", f"{bound.alpha:.2f} {bound.k:.1f} {bound.c:.2f} {v} {bound.share:.0%}",
+                     "" if baseline else None))
     for name, a, b in rows:
         table.add_row(name, a, *([b] if baseline is not None else []))
     err.print(table)
@@ -267,6 +277,21 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
 
         for line in report_lines(comparison, load=load):
             err.print(line, markup=False, soft_wrap=True)
+
+
+def _bound(gen, baseline):
+    """Theorem 3.8 at the speculative run's own costs, the target alone's run giving the step
+    (ggufspec.bench.expected.measured_bound); None without a target-alone run or a drafting round."""
+    if baseline is None or not baseline.stats.rounds:
+        return None
+    from ggufspec.bench.expected import measured_bound
+    from ggufspec.loop.rounds import Source
+
+    s = gen.stats
+    return measured_bound(
+        accepted=s.accepted, rejections=sum(1 for x in gen.sources if x is Source.CORRECTION), drafted=s.drafted,
+        drafting_rounds=s.rounds - s.k_hist.get(0, 0), rounds=s.rounds, draft_s=s.draft_s, verify_s=s.verify_s,
+        step_s=baseline.stats.verify_s / baseline.stats.rounds)
 
 
 def _escape(text: str) -> str:
