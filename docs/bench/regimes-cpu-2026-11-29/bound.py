@@ -1,5 +1,7 @@
-"""Each grid cell's default against Theorem 3.8 at the costs its runs measured (what
-`bench --regimes` prints in its 'bound' column since 4deb34e), from a stored grid's bench.json files.
+"""Each grid cell's default (and fixed K = 8) against Theorem 3.8 at the costs its runs measured
+(`ggufspec.bench.expected.measured_bound`: what `bench --regimes` prints in its 'bound' column since
+23909b1; the target step is llama.cpp's decode of the target alone), from a stored grid's bench.json
+files. The measured figure is the bench's (median over prompts); the bound is from the pooled counts.
 
     .venv/bin/python docs/bench/regimes-cpu-2026-11-29/bound.py docs/bench/regimes-cpu-2026-11-29/grid-head-d0e6cee
 """
@@ -14,9 +16,9 @@ from statistics import median
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from ggufspec.bench.expected import estimate_alpha, expected_speedup_partial  # noqa: E402
+from ggufspec.bench.expected import measured_bound  # noqa: E402
 from ggufspec.bench.results import RunRecord  # noqa: E402
-from ggufspec.bench.summary import _pooled_step, _verify_cost_runs  # noqa: E402
+from ggufspec.bench.summary import _pooled_decode_step  # noqa: E402
 
 FIELDS = {f.name for f in dataclasses.fields(RunRecord)}
 
@@ -42,24 +44,23 @@ def main() -> None:
         for name, sub in sets.items():
             ids = set(sub.get("prompts", []))
             ok = [r for r in runs if r.prompt_id in ids]
-            step = _pooled_step(ok, temperature=0.0)
+            step = _pooled_decode_step(ok, temperature=0.0)
             by = {c["name"]: c for c in sub["configs"]}
             for cfg in (default, "Q4_1 K=8"):
                 rs = [r for r in ok if r.config == cfg]
-                if not rs or cfg not in by:
+                if not rs or cfg not in by or step is None:
                     continue
-                drafted, rounds = sum(r.drafted for r in rs), sum(r.rounds for r in rs)
-                draft_rounds = sum(r.drafted_at[0] for r in rs if r.drafted_at)
-                if not drafted or not draft_rounds:
+                rounds = sum(r.rounds for r in rs)
+                b = measured_bound(accepted=sum(r.accepted for r in rs), rejections=sum(r.rejections for r in rs),
+                                   drafted=sum(r.drafted for r in rs),
+                                   drafting_rounds=rounds - sum(r.k_hist.get(0, 0) for r in rs), rounds=rounds,
+                                   draft_s=sum(r.draft_s for r in rs), verify_s=sum(r.verify_s for r in rs), step_s=step)
+                if b is None:
                     continue
-                alpha = estimate_alpha(accepted=sum(r.accepted for r in rs), rejections=sum(r.rejections for r in rs))
-                k, c = drafted / draft_rounds, sum(r.draft_s for r in rs) / drafted / step
-                v = _verify_cost_runs(rs, step)
-                share = draft_rounds / rounds if not cfg.endswith("K=8") else 1.0
-                b = expected_speedup_partial(a=alpha, k=k, c=c, share=share, v=v or 1.0)
                 m = by[cfg]["speedup"]
-                print(f"| {bench.parent.name} | {name} | {cfg} | {m:.2f} | {b:.2f} | {m / b:.2f} | {alpha:.2f} | {k:.1f} "
-                      f"| {c:.2f} | {v if v is None else round(v, 2)} | {share:.2f} |")
+                v = "-" if b.verify is None else f"{b.verify:.2f}"
+                print(f"| {bench.parent.name} | {name} | {cfg} | {m:.2f} | {b.speedup:.2f} | {m / b.speedup:.2f} "
+                      f"| {b.alpha:.2f} | {b.k:.1f} | {b.c:.2f} | {v} | {b.share:.2f} |")
 
 
 if __name__ == "__main__":
