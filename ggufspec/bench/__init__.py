@@ -23,7 +23,8 @@ Hugging Face transformers assisted generation when torch and transformers are im
 Modules, one concept each (none imports llama_cpp at import time):
     prompts   the built-in prompt sets (tuned, heldout) and --prompts FILE.jsonl
     configs   drafts, configurations and the plan (make_plan)
-    expected  Theorem 3.8 and alpha
+    expected  Theorem 3.8 and alpha (measured_bound: at one run's own costs)
+    theory    a configuration's runs priced by Theorem 3.8 (c and the verify: micro or the runs')
     results   RunRecord, BenchResult (bench.json)
     ours      our engine under bench, and the micro timings (c, verify cost)
     peers     llama.cpp native binaries, llama-cpp-python, transformers

@@ -12,10 +12,11 @@ from dataclasses import asdict, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ggufspec.bench.configs import BASELINE, LOOKUP, BenchPlan, Config
-from ggufspec.bench.expected import estimate_alpha, expected_speedup, expected_speedup_partial, verify_steps
+from ggufspec.bench.expected import estimate_alpha
 from ggufspec.bench.prompts import set_names
 from ggufspec.bench.results import RunRecord
 from ggufspec.bench.spread import Samples, ratio_interval
+from ggufspec.bench.theory import pooled_decode_step, pooled_step, priced
 
 BaseTps = Mapping[tuple[str, float], float | None]  # (prompt id, temperature) -> target alone's median tok/s
 
@@ -53,8 +54,8 @@ def _summarise_prompts(plan: BenchPlan, runs: Sequence[RunRecord], *, micro: Map
     peers = peers or {}
     ok = [r for r in runs if r.error is None and r.generated_tokens > 1]
     base_tps = _baseline_tps(ok)
-    base_step = _pooled_step(ok, temperature=0.0)
-    decode_step = _pooled_decode_step(ok, temperature=0.0)
+    base_step = pooled_step(ok, temperature=0.0)
+    decode_step = pooled_decode_step(ok, temperature=0.0)
     configs = [_config_entry(cfg, runs, ok, base_tps=base_tps, base_step=base_step, micro=micro, decode_step=decode_step)
                for cfg in plan.configs]
 
@@ -327,28 +328,9 @@ def _config_entry(
     )
     if cfg.engine != "ggufspec":
         return entry
-    c = micro.get("c", {}).get(cfg.draft)
-    # c as it happened in the runs: draft decode time per drafted token / a target step (llama.cpp's
-    # decode where the runs timed it, else the target alone's seconds a token)
-    step = decode_step or base_step
-    c_runs = (sum(r.draft_s for r in rs) / drafted) / step if drafted and step else None
-    v = _verify_cost(micro, k_eff)
-    v_runs = _verify_cost_runs(rs, decode_step)
-    entry.update(alpha=alpha, k_eff=k_eff, c=c, c_runs=c_runs, verify_cost=v, verify_cost_runs=v_runs)
-    # where the microbenchmark priced no such drafter (the default's model + lookup, or a bench
-    # without it: --regimes) the bound takes the costs as they happened in the runs
-    entry["costs_from"] = "microbenchmark" if c is not None else "runs" if c_runs is not None else None
-    c = c if c is not None else c_runs
-    v = v if v is not None else v_runs
-    if c is not None and draft_rounds:
-        # a drafter proposes only in some rounds (lookup where it finds a match; under the
-        # controller, where it did not choose the target alone): the other rounds are plain steps
-        share = (draft_rounds / rounds if rounds else 1.0) if cfg.draft == LOOKUP or not cfg.fixed else 1.0
-        entry["expected_speedup"] = expected_speedup_partial(a=alpha, k=k_eff, c=c, share=share)
-        if v is not None:
-            entry["expected_speedup_measured_verify"] = expected_speedup_partial(a=alpha, k=k_eff, c=c, share=share, v=v)
-        best = max(range(1, 17), key=lambda kk: expected_speedup(a=alpha, k=kk, c=c))
-        entry["best_k_expected"] = {"k": best, "speedup": expected_speedup(a=alpha, k=best, c=c)}
+    entry.update(alpha=alpha, k_eff=k_eff)
+    entry.update(priced(cfg, rs, alpha=alpha, k_eff=k_eff, drafted=drafted, draft_rounds=draft_rounds, rounds=rounds,
+                        micro=micro, base_step=base_step, decode_step=decode_step))
     return entry
 
 
@@ -362,45 +344,6 @@ def _peer_ratio(ok: Sequence[RunRecord], engine: str) -> float | None:
 
 def _pick(c: Mapping | None, *keys: str) -> dict | None:
     return {k: c.get(k) for k in keys} if c else None
-
-
-def _pooled_step(runs: Sequence[RunRecord], *, temperature: float) -> float | None:
-    """Seconds per generated token of our target alone, pooled over runs (the first token is prefill's)."""
-    rs = [r for r in runs if r.engine == "ggufspec" and r.draft == BASELINE and r.temperature == temperature]
-    n = sum(r.generated_tokens - 1 for r in rs)
-    return sum(r.gen_s for r in rs) / n if n else None
-
-
-def _pooled_decode_step(runs: Sequence[RunRecord], *, temperature: float) -> float | None:
-    """Seconds of one decode of our target alone (llama.cpp's: its verify seconds a round, our Python
-    left out), pooled over runs; None where the runs did not time it."""
-    rs = [r for r in runs if r.engine == "ggufspec" and r.draft == BASELINE and r.temperature == temperature]
-    n = sum(r.rounds for r in rs)
-    s = sum(r.verify_s for r in rs)
-    return s / n if n and s > 0 else None
-
-
-def _verify_cost_runs(rs: Sequence[RunRecord], step_s: float | None) -> float | None:
-    """A drafting round's verify in target steps, as it happened in the runs `rs` (`verify_steps`)."""
-    if not step_s:
-        return None
-    return verify_steps(verify_s=sum(r.verify_s for r in rs), rounds=sum(r.rounds for r in rs),
-                        plain_rounds=sum(r.k_hist.get(0, 0) for r in rs), step_s=step_s)
-
-
-def _verify_cost(micro: Mapping, k_eff: float) -> float | None:
-    """Verify cost of K+1 rows in plain steps, interpolated at a fractional K."""
-    vc = {int(k): v for k, v in micro.get("verify_cost", {}).items()}
-    if not vc:
-        return None
-    ks = sorted(vc)
-    if k_eff <= ks[0]:
-        return vc[ks[0]] if k_eff >= ks[0] else 1.0 + (vc[ks[0]] - 1.0) * (k_eff / ks[0] if ks[0] else 0)
-    for lo, hi in zip(ks, ks[1:]):
-        if lo <= k_eff <= hi:
-            w = (k_eff - lo) / (hi - lo)
-            return vc[lo] * (1 - w) + vc[hi] * w
-    return vc[ks[-1]]
 
 
 def _by_position(rs: Sequence[RunRecord]) -> list[float | None]:

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from ggufspec.bench.expected import measured_bound  # noqa: E402
 from ggufspec.bench.results import RunRecord  # noqa: E402
-from ggufspec.bench.summary import _pooled_decode_step  # noqa: E402
+from ggufspec.bench.theory import pooled_decode_step  # noqa: E402
 
 FIELDS = {f.name for f in dataclasses.fields(RunRecord)}
 
@@ -44,7 +44,7 @@ def main() -> None:
         for name, sub in sets.items():
             ids = set(sub.get("prompts", []))
             ok = [r for r in runs if r.prompt_id in ids]
-            step = _pooled_decode_step(ok, temperature=0.0)
+            step = pooled_decode_step(ok, temperature=0.0)
             by = {c["name"]: c for c in sub["configs"]}
             for cfg in (default, "Q4_1 K=8"):
                 rs = [r for r in ok if r.config == cfg]
