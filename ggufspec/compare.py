@@ -1,9 +1,15 @@
-"""Speculative against the target alone, repeated and alternated (`ggufspec run --compare`).
+"""Speculative against the target alone, repeated (`ggufspec run --compare`).
 
 One run of each is one draw on a shared machine: the same command gave 0.98x, 1.43x and 1.64x in
-three consecutive runs (issue 12). So a comparison is `repeats` pairs of runs, alternated ABBA
-(repeat r runs speculative first when r is even, the target alone first when r is odd) after an
-uncounted warm-up of both, so that a slow minute or the order hits both sides alike. Figures:
+three consecutive runs (issue 12). So a comparison is `repeats` pairs of runs after an uncounted
+warm-up of both, in one of two ways:
+- in lockstep (`run_both`, the default of `run --compare`): each repeat runs both sides at once,
+  interleaved token by token, each on its own contexts and timed on its own steps
+  (ggufspec.bench.lockstep), so a slow second costs both alike;
+- alternated (`run`, `--sequential`): one after the other, ABBA (repeat r runs speculative first
+  when r is even, the target alone first when r is odd), so a slow minute or the order hits both
+  sides alike on average.
+Figures:
 
     speedup_r  = speculative gen tok/s / target-alone gen tok/s of the same repeat r
     median     = the median of speedup_r over repeats (the reported speedup)
@@ -91,6 +97,7 @@ class Comparison:
     spread: Spread | None  # None when no repeat gave a speedup
     identical: bool | None  # greedy: every run's tokens equal the first target-alone run's; None when sampling
     warmup_tokens: int  # tokens of the uncounted warm-up of each side (0: none)
+    lockstep: bool = False  # each repeat's two runs interleaved token by token (else one after the other)
 
     def tps(self, side: str) -> list[float]:
         """Generation tok/s of `side`, per repeat."""
@@ -111,6 +118,7 @@ class Comparison:
             "speculative_tps": [round(x, 2) for x in self.tps(SPECULATIVE)],
             "alone_tps": [round(x, 2) for x in self.tps(ALONE)],
             "order": [f"{r.side}:{r.repeat}" for r in self.runs],
+            "lockstep": self.lockstep,
             "warmup_tokens": self.warmup_tokens,
             "identical": self.identical,
             "load": dict(load or {}),
@@ -119,25 +127,37 @@ class Comparison:
 
 def compare(
     *,
-    run: Callable[[int, str], Measured],
+    run: Callable[[int, str], Measured] | None = None,
+    run_both: Callable[[int, tuple[str, str]], Mapping[str, Measured]] | None = None,
     repeats: int,
     greedy: bool,
     warmup: Callable[[], int] | None = None,
     tolerance: float = NOISE_TOLERANCE,
 ) -> Comparison:
-    """Run `warmup` (uncounted; returns its tokens per side), then `run(repeat, side)` in
-    `run_order(repeats)`, and summarise.
+    """Run `warmup` (uncounted; returns its tokens per side), then the repeats, and summarise.
+    Give exactly one of `run(repeat, side)`, called in `run_order(repeats)`, and
+    `run_both(repeat, sides)`, which runs repeat `repeat`'s two sides in lockstep (`sides`: their
+    `run_order`, the first takes the first step) and returns each side's figures.
 
     Raises:
-        ValueError: repeats < 1.
+        ValueError: repeats < 1, or not exactly one of run and run_both.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if (run is None) == (run_both is None):
+        raise ValueError("give exactly one of run and run_both")
     warm = warmup() if warmup is not None else 0
     runs: list[CompareRun] = []
     by: dict[tuple[int, str], Measured] = {}
-    for r, side in run_order(repeats):
-        m = run(r, side)
+    order = run_order(repeats)
+    for i, (r, side) in enumerate(order):
+        if run is not None:
+            m = run(r, side)
+        elif i % 2 == 0:  # (the repeat's first side: both run now)
+            both = run_both(r, (side, order[i + 1][1]))  # type: ignore[misc]
+            m = both[side]
+        else:
+            m = both[side]
         by[(r, side)] = m
         runs.append(CompareRun(repeat=r, side=side, gen_tps=m.gen_tps, generated_tokens=m.generated_tokens))
     speedups = tuple(by[(r, SPECULATIVE)].gen_tps / by[(r, ALONE)].gen_tps for r in range(repeats)
@@ -147,7 +167,7 @@ def compare(
         ref = by[(0, ALONE)].tokens
         identical = all(m.tokens == ref for m in by.values())
     return Comparison(runs=tuple(runs), speedups=speedups, spread=spread(speedups, tolerance=tolerance) if speedups else None,
-                      identical=identical, warmup_tokens=warm)
+                      identical=identical, warmup_tokens=warm, lockstep=run_both is not None)
 
 
 def _pct(sp: Spread) -> str:
@@ -163,7 +183,8 @@ def report_lines(comparison: Comparison, *, load: Mapping[str, Any] | None) -> l
     if sp is None:
         lines = [f"speedup: not measured (the target alone generated too few tokens to time in {n} repeat(s))"]
     else:
-        lines = [f"speedup {sp.median:.2f}x, median of {n} repeat(s) (min {sp.min:.2f}x, max {sp.max:.2f}x, "
+        how = "in lockstep" if comparison.lockstep else "alternated"
+        lines = [f"speedup {sp.median:.2f}x, median of {n} repeat(s) {how} (min {sp.min:.2f}x, max {sp.max:.2f}x, "
                  f"spread +-{_pct(sp)}%); warm-up of {comparison.warmup_tokens} tokens per side not counted"]
     spec, alone = comparison.tps(SPECULATIVE), comparison.tps(ALONE)
     lines.append("  tok/s per repeat: speculative " + " / ".join(f"{x:.1f}" for x in spec)

@@ -70,9 +70,34 @@ def test_compare_on_fakes_warms_up_then_pairs_runs_per_repeat() -> None:
     assert d["spread_pct"] == pytest.approx(33.33) and d["noisy"] is True and d["load"]["loadavg"] == [1.0, 0.5, 0.2]
     assert d["order"] == ["speculative:0", "alone:0", "alone:1", "speculative:1", "speculative:2", "alone:2"]
     lines = report_lines(c, load={"loadavg": [3.5, 2.0, 1.0], "cpu_pressure_avg10": 40.0, "cpu_pressure_avg60": 20.0})
-    assert lines[0].startswith("speedup 1.50x, median of 3 repeat(s) (min 1.50x, max 2.00x, spread +-33%)")
+    assert lines[0].startswith("speedup 1.50x, median of 3 repeat(s) alternated (min 1.50x, max 2.00x, spread +-33%)")
+    assert d["lockstep"] is False
     assert "30.0 / 40.0 / 36.0" in lines[1] and "20.0 / 20.0 / 24.0" in lines[1]
     assert lines[2].startswith("NOISY") and "load average 3.50 2.00 1.00" in lines[2] and "CPU pressure 40%" in lines[2]
+
+
+def test_compare_in_lockstep_runs_both_sides_of_a_repeat_at_once() -> None:
+    calls: list[object] = []
+    tps = {0: (30.0, 20.0), 1: (40.0, 20.0), 2: (36.0, 24.0)}  # repeat -> (speculative, alone)
+
+    def run_both(repeat: int, sides: tuple[str, str]) -> dict[str, Measured]:
+        calls.append((repeat, sides))
+        s, a = tps[repeat]
+        return {SPECULATIVE: Measured(gen_tps=s, generated_tokens=9, tokens=(1, 2, 3)),
+                ALONE: Measured(gen_tps=a, generated_tokens=9, tokens=(1, 2, 3))}
+
+    c = compare(run_both=run_both, repeats=3, greedy=True, warmup=lambda: 16)
+    # one call a repeat, its sides in run_order's order (the first takes the first step)
+    assert calls == [(0, (SPECULATIVE, ALONE)), (1, (ALONE, SPECULATIVE)), (2, (SPECULATIVE, ALONE))]
+    assert c.speedups == (1.5, 2.0, 1.5) and c.lockstep and c.identical is True
+    d = c.to_dict()
+    assert d["lockstep"] is True and d["order"] == [f"{side}:{r}" for r, side in run_order(3)]
+    assert report_lines(c, load={})[0].startswith("speedup 1.50x, median of 3 repeat(s) in lockstep (min 1.50x")
+    with pytest.raises(ValueError):
+        compare(run=lambda r, side: Measured(gen_tps=1.0, generated_tokens=1, tokens=()), run_both=run_both,
+                repeats=1, greedy=True)
+    with pytest.raises(ValueError):
+        compare(repeats=1, greedy=True)
 
 
 def test_compare_greedy_identity_must_hold_in_every_repeat() -> None:
@@ -109,28 +134,27 @@ def _common(target: Path, draft: Path) -> list[str]:
             "--threads", "1", "--ctx", "256"]
 
 
-def test_cli_compare_json_runs_n_alternated_repeats(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
-    # count the generations the command starts, by side, in order (the pair's generate, wrapped)
-    prelude = (
-        "import ggufspec.runtime as rt\n"
-        "_orig = rt.SpeculativePair.generate\n"
-        "def _counting(self, **kw):\n"
-        "    side = 'alone' if kw.get('drafters', 1) == () else 'speculative'\n"
-        "    paced = not kw['speculative'].length.fixed\n"
-        "    sys.stderr.write(f\"GEN {side} {kw['max_tokens']} {'paced' if paced else 'fixed'}\\n\")\n"
-        "    return _orig(self, **kw)\n"
-        "rt.SpeculativePair.generate = _counting\n"
-    )
-    proc = _cli(*_common(tiny_target_q8, tiny_draft_q8), "--compare", "--repeats", "3", "--json", prelude=prelude)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    gens = [line.split()[1:] for line in proc.stderr.splitlines() if line.startswith("GEN ")]
-    # an uncounted warm-up of each side (16 tokens; the speculative one at a fixed length, so that
-    # the pair's pacer never learns from cold timings), then 3 ABBA pairs of 20 tokens
-    assert [g[:2] for g in gens] == [["speculative", "16"], ["alone", "16"],
-                                     ["speculative", "20"], ["alone", "20"], ["alone", "20"], ["speculative", "20"],
-                                     ["speculative", "20"], ["alone", "20"]]
-    assert [g[2] for g in gens if g[0] == "speculative"] == ["fixed", "paced", "paced", "paced"]  # paced: the controller
+# count the generations the command starts, in order: side, tokens, paced or fixed, the target
+# context (its lane) and the controller, each by the order it first appears (the loop's generate, wrapped)
+_COUNTING = (
+    "import ggufspec.loop.engine as eng\n"
+    "_orig, _seen = eng.generate, {}\n"
+    "def _counting(**kw):\n"
+    "    side = 'alone' if tuple(kw['drafters']) == () else 'speculative'\n"
+    "    paced = 'fixed' if kw['speculative'].length.fixed else 'paced'\n"
+    "    lane = _seen.setdefault(('t', id(kw['target'])), len([k for k in _seen if k[0] == 't']))\n"
+    "    ctl = _seen.setdefault(('c', id(kw['controller'])), len([k for k in _seen if k[0] == 'c']))\n"
+    "    sys.stderr.write(f\"GEN {side} {kw['max_tokens']} {paced} lane{lane} ctl{ctl}\\n\")\n"
+    "    return _orig(**kw)\n"
+    "eng.generate = _counting\n"
+)
+
+
+def _gens(stderr: str) -> list[list[str]]:
+    return [line.split()[1:] for line in stderr.splitlines() if line.startswith("GEN ")]
+
+
+def _common_compare_json(out: dict) -> None:
     c = out["compare"]
     assert c["repeats"] == 3 and len(c["speedups"]) == 3 and c["warmup_tokens"] == 16
     assert c["order"] == ["speculative:0", "alone:0", "alone:1", "speculative:1", "speculative:2", "alone:2"]
@@ -141,6 +165,59 @@ def test_cli_compare_json_runs_n_alternated_repeats(tiny_target_q8: Path, tiny_d
     assert out["speedup"] == pytest.approx(c["median"], abs=1e-3)
     assert out["identical"] is True and c["identical"] is True and out["text"] == out["baseline"]["text"]
     assert set(out["baseline"]) == {"text", "gen_tps"} and out["stats"]["generated_tokens"] == 20
+
+
+def test_cli_compare_json_runs_n_repeats_in_lockstep_on_two_lanes(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
+    proc = _cli(*_common(tiny_target_q8, tiny_draft_q8), "--compare", "--repeats", "3", "--json", prelude=_COUNTING)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    # an uncounted warm-up of each side on each lane (16 tokens; the speculative one at a fixed
+    # length, so that the pair's controller never learns from cold timings), then 3 repeats of 20
+    # tokens, both sides started together; the speculative side on lane repeat % 2, the target
+    # alone on the other; the pair's controller (ctl0) drafts, the target alone has its own
+    assert _gens(proc.stderr) == [
+        ["speculative", "16", "fixed", "lane0", "ctl0"], ["alone", "16", "paced", "lane0", "ctl1"],
+        ["speculative", "16", "fixed", "lane1", "ctl0"], ["alone", "16", "paced", "lane1", "ctl1"],
+        ["speculative", "20", "paced", "lane0", "ctl0"], ["alone", "20", "paced", "lane1", "ctl1"],
+        ["alone", "20", "paced", "lane0", "ctl1"], ["speculative", "20", "paced", "lane1", "ctl0"],
+        ["speculative", "20", "paced", "lane0", "ctl0"], ["alone", "20", "paced", "lane1", "ctl1"],
+    ]
+    assert out["compare"]["lockstep"] is True
+    _common_compare_json(out)
+
+
+def test_cli_compare_sequential_alternates_on_the_pairs_contexts(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
+    proc = _cli(*_common(tiny_target_q8, tiny_draft_q8), "--compare", "--sequential", "--repeats", "3", "--json",
+                prelude=_COUNTING)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    gens = _gens(proc.stderr)
+    # the warm-up of each side, then 3 ABBA pairs, all on the pair's target context
+    assert [g[:2] for g in gens] == [["speculative", "16"], ["alone", "16"],
+                                     ["speculative", "20"], ["alone", "20"], ["alone", "20"], ["speculative", "20"],
+                                     ["speculative", "20"], ["alone", "20"]]
+    assert [g[2] for g in gens if g[0] == "speculative"] == ["fixed", "paced", "paced", "paced"]  # paced: the controller
+    assert {g[3] for g in gens} == {"lane0"}
+    assert out["compare"]["lockstep"] is False
+    _common_compare_json(out)
+
+
+def test_cli_compare_without_room_for_a_second_context_runs_sequential(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
+    # llama.cpp cannot make the second target context (a full device): one note, the sides alternate
+    prelude = (
+        "import ggufspec.runtime as rt\n"
+        "def _full(self, drafters):\n"
+        "    raise ValueError('Failed to create llama_context')\n"
+        "rt.SpeculativePair.fork = _full\n"
+    )
+    proc = _cli(*_common(tiny_target_q8, tiny_draft_q8), "--compare", "--repeats", "2", "--json", prelude=prelude)
+    assert proc.returncode == 0, proc.stderr
+    notes = [ln for ln in proc.stderr.splitlines() if ln.startswith("note: --compare")]
+    assert notes == ["note: --compare runs its two sides one after the other: a second target context could not be "
+                     "made (Failed to create llama_context)"]
+    out = json.loads(proc.stdout)
+    assert out["compare"]["lockstep"] is False and out["identical"] is True
+    assert out["compare"]["order"] == ["speculative:0", "alone:0", "alone:1", "speculative:1"]
 
 
 def test_cli_compare_says_noisy_when_the_speedups_spread(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
@@ -158,7 +235,7 @@ def test_cli_compare_says_noisy_when_the_speedups_spread(tiny_target_q8: Path, t
     proc = _cli(*common, "--compare", prelude=prelude)
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr
-    assert "speedup 1.00x, median of 3 repeat(s) (min 1.00x, max 2.00x, spread +-100%)" in err
+    assert "speedup 1.00x, median of 3 repeat(s) in lockstep (min 1.00x, max 2.00x, spread +-100%)" in err
     assert "NOISY: the speedups spread +-100% around their median (beyond +-10%); load average" in err
     assert "output identical to the target alone in every repeat" in err
     out = json.loads(_cli(*common, "--compare", "--json", prelude=prelude).stdout)
@@ -171,6 +248,9 @@ def test_cli_repeats_needs_compare_and_a_positive_count(tiny_target_q8: Path) ->
         proc = _cli("run", "--target", str(tiny_target_q8), "-p", "hi", *extra)
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [proc.stderr.strip()]
         assert proc.stderr.startswith("error: ") and fragment in proc.stderr
+    proc = _cli("run", "--target", str(tiny_target_q8), "-p", "hi", "--sequential")
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "error: --sequential is how --compare runs its two sides; add --compare or drop --sequential")
 
 
 def test_a_spread_just_past_the_tolerance_is_not_printed_as_the_tolerance() -> None:

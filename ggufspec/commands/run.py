@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from ggufspec.commands import (
     add_draft_kv_argument,
@@ -65,10 +65,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("-v", "--verbose", action="store_true", help="colour each token by where it came from")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     o.add_argument("--compare", action="store_true",
-                   help="also run the target alone, alternated with the speculative run over --repeats pairs "
-                        "after an uncounted warm-up; print the median speedup, its range and the machine's load")
+                   help="also run the target alone beside the speculative run, in lockstep (interleaved token "
+                        "by token, each on its own context) over --repeats pairs after an uncounted warm-up; "
+                        "print the median speedup, its range and the machine's load")
     o.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="with --compare: pairs of runs (default 3); the speedup is their median")
+    o.add_argument("--sequential", action="store_true",
+                   help="with --compare: run the two sides one after the other (ABBA) on the pair's contexts "
+                        "instead of in lockstep on two (no second target context: less memory, noisier figures)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"-n must be >= 1, got {args.max_tokens}")
     if args.repeats is not None and not args.compare:
         raise UserError("--repeats counts the runs of --compare; add --compare or drop --repeats")
+    if args.sequential and not args.compare:
+        raise UserError("--sequential is how --compare runs its two sides; add --compare or drop --sequential")
     repeats = 3 if args.repeats is None else args.repeats
     if repeats < 1:
         raise UserError(f"--repeats must be >= 1, got {repeats}")
@@ -119,39 +125,99 @@ WARMUP_TOKENS = 16  # per side: pages both models' weights in and fills llama.cp
 
 
 def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
-    """Warm-up, then `repeats` pairs of speculative / target-alone runs, ABBA (ggufspec.compare).
-    The first speculative run streams (without --json). Returns (Comparison, first speculative
-    Generation, first target-alone Generation)."""
+    """Warm-up, then `repeats` pairs of speculative / target-alone runs (ggufspec.compare): in
+    lockstep on two sets of contexts, or with --sequential (or where a second target context
+    cannot be made) one after the other, ABBA, on the pair's. The first speculative run streams
+    (without --json). Returns (Comparison, first speculative Generation, first target-alone
+    Generation)."""
     from ggufspec.compare import ALONE, SPECULATIVE, compare
+    from ggufspec.loop.engine import generate as start
 
+    lanes = [(pair.target_ctx, pair.drafters)]
+    if not args.sequential:
+        try:  # a second target context and copies of the drafters, on the loaded weights
+            lanes.append(pair.fork(pair.drafters))
+        except Exception as e:  # (llama.cpp could not allocate it: the device or the memory is full)
+            sys.stderr.write(f"note: --compare runs its two sides one after the other: a second target context "
+                             f"could not be made ({str(e).splitlines()[0] if str(e) else type(e).__name__})\n")
+    alone_controller = pair.new_controller()  # (unused by the target alone; its `begin` leaves the pair's be)
     first: dict[str, object] = {}
 
-    def generate(side: str, n: int, spec=speculative):
-        return pair.generate(
-            prompt_tokens=tokens, max_tokens=n, sampling=sampling, speculative=spec, stop=args.stop,
+    def generate(side: str, n: int, spec=speculative, lane: int = 0):
+        target, drafters = lanes[lane]
+        return start(
+            target=target, prompt=tokens, drafters=() if side == ALONE else drafters, max_tokens=n,
+            sampling=sampling, speculative=spec, stop=args.stop,
+            controller=alone_controller if side == ALONE else pair.controller,
             cache_prompt=False,  # every run a cold prefill: like against like
-            **({"drafters": ()} if side == ALONE else {}),
         )
 
     def warmup() -> int:
         # the speculative warm-up drafts a fixed length: it runs both models and a multi-row
         # verify, and the pair's controller (which learns across generations) never sees cold timings
         n = min(WARMUP_TOKENS, args.max_tokens)
-        generate(SPECULATIVE, n, speculative.with_length(fixed=True, always_draft=False)).run()
-        generate(ALONE, n).run()
+        for lane in range(len(lanes)):  # (each context's first use: its buffers paged in)
+            generate(SPECULATIVE, n, speculative.with_length(fixed=True, always_draft=False), lane=lane).run()
+            generate(ALONE, n, lane=lane).run()
         return n
+
+    def streamed(side: str, gen):
+        """`gen`, printing its text as it goes where it is the first speculative run (without --json)."""
+        if side == SPECULATIVE and SPECULATIVE not in first and not args.json:
+            return _Printed(gen, colour=args.verbose, drafters=[d.name for d in pair.drafters])
+        return gen
 
     def run_one(repeat: int, side: str):
         gen = generate(side, args.max_tokens)
-        if side == SPECULATIVE and SPECULATIVE not in first and not args.json:
-            _stream(gen, colour=args.verbose, drafters=[d.name for d in pair.drafters])
-        else:
-            gen.run()
+        for _ in streamed(side, gen):
+            pass
         first.setdefault(side, gen)
         return _measured(gen, side)
 
-    comparison = compare(run=run_one, repeats=repeats, greedy=sampling.greedy, warmup=warmup)
+    def run_both(repeat: int, sides: tuple[str, str]):
+        from ggufspec.bench.lockstep import interleave
+
+        # the speculative side on lane repeat % 2, the target alone on the other: a context keeps
+        # its own speed for the process, a few percent apart from another's (ggufspec.bench.ours)
+        lane = {SPECULATIVE: repeat % 2, ALONE: 1 - repeat % 2}
+        gens = {side: generate(side, args.max_tokens, lane=lane[side]) for side in sides}
+        busy = interleave([streamed(side, gens[side]) for side in sides])
+        out = {}
+        for side, seconds in zip(sides, busy):
+            gen = gens[side]
+            # the seconds inside its own steps, not the other side's: its generation time
+            gen.stats = replace(gen.stats, gen_s=max(0.0, seconds - gen.stats.prompt_s))
+            first.setdefault(side, gen)
+            out[side] = _measured(gen, side)
+        return out
+
+    if len(lanes) > 1:
+        comparison = compare(run_both=run_both, repeats=repeats, greedy=sampling.greedy, warmup=warmup)
+    else:
+        comparison = compare(run=run_one, repeats=repeats, greedy=sampling.greedy, warmup=warmup)
     return comparison, first[SPECULATIVE], first[ALONE]
+
+
+class _Printed:
+    """A generation whose steps print their text as they come (`_stream`), for the lockstep's
+    interleave: its `wait` is the generation's (an asynchronous target's round launched ahead)."""
+
+    def __init__(self, gen, *, colour: bool, drafters: list[str]) -> None:
+        self._gen, self._show = gen, _printer(colour=colour, drafters=drafters)
+        self._steps = iter(gen)
+        self.wait = getattr(gen, "wait", None)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            step = next(self._steps)
+        except StopIteration:
+            self._show(None)
+            raise
+        self._show(step)
+        return step
 
 
 def _measured(gen, side: str):
@@ -165,6 +231,12 @@ _DRAFT_STYLES = ("green", "cyan", "magenta", "yellow")  # accepted drafts, one c
 
 
 def _stream(gen, *, colour: bool, drafters: list[str]) -> None:
+    for _ in _Printed(gen, colour=colour, drafters=drafters):
+        pass
+
+
+def _printer(*, colour: bool, drafters: list[str]):
+    """show(step) prints a step's text (`colour`: by where it came from); show(None) ends the text."""
     from ggufspec.loop.rounds import Source
 
     styles = {Source.DRAFT: "green", Source.CORRECTION: "red", Source.BONUS: "blue", Source.TARGET: "default"}
@@ -175,22 +247,28 @@ def _stream(gen, *, colour: bool, drafters: list[str]) -> None:
 
         console = Console(highlight=False, soft_wrap=True)
     out = sys.stdout
-    for step in gen:
+
+    def show(step) -> None:
+        if step is None:
+            if console is not None:
+                console.print()
+                accepted = (" ".join(f"[{by_drafter[n]}]accepted from {_escape(n)}[/]" for n in drafters)
+                            or "[green]draft accepted[/]")
+                console.print(f"{accepted} [red]target correction[/] [blue]bonus[/] plain: target alone", style="dim")
+            else:
+                out.write("\n")
+                out.flush()
+            return
         if not step.text:
-            continue
+            return
         if console is not None:
             style = by_drafter.get(step.drafter, styles[step.source]) if step.drafter else styles[step.source]
             console.print(step.text, style=style, end="", markup=False)
         else:
             out.write(step.text)
             out.flush()
-    if console is not None:
-        console.print()
-        accepted = " ".join(f"[{by_drafter[n]}]accepted from {_escape(n)}[/]" for n in drafters) or "[green]draft accepted[/]"
-        console.print(f"{accepted} [red]target correction[/] [blue]bonus[/] plain: target alone", style="dim")
-    else:
-        out.write("\n")
-        out.flush()
+
+    return show
 
 
 def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
