@@ -33,6 +33,7 @@ from ggufspec.commands import (
     add_sampling_arguments,
     pair_settings,
 )
+from ggufspec.commands.printing import Printed, stream
 from ggufspec.commands.speculation_args import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
 
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             gen.run()
         else:
-            _stream(gen, colour=args.verbose, drafters=[d.name for d in pair.drafters])
+            stream(gen, colour=args.verbose, drafters=[d.name for d in pair.drafters])
         _report(args, pair, gen, None, sampling)
     return 0
 
@@ -164,7 +165,7 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
     def streamed(side: str, gen):
         """`gen`, printing its text as it goes where it is the first speculative run (without --json)."""
         if side == SPECULATIVE and SPECULATIVE not in first and not args.json:
-            return _Printed(gen, colour=args.verbose, drafters=[d.name for d in pair.drafters])
+            return Printed(gen, colour=args.verbose, drafters=[d.name for d in pair.drafters])
         return gen
 
     def run_one(repeat: int, side: str):
@@ -198,77 +199,11 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
     return comparison, first[SPECULATIVE], first[ALONE]
 
 
-class _Printed:
-    """A generation whose steps print their text as they come (`_stream`), for the lockstep's
-    interleave: its `wait` is the generation's (an asynchronous target's round launched ahead)."""
-
-    def __init__(self, gen, *, colour: bool, drafters: list[str]) -> None:
-        self._gen, self._show = gen, _printer(colour=colour, drafters=drafters)
-        self._steps = iter(gen)
-        self.wait = getattr(gen, "wait", None)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        try:
-            step = next(self._steps)
-        except StopIteration:
-            self._show(None)
-            raise
-        self._show(step)
-        return step
-
-
 def _measured(gen, side: str):
     """One counted run's figures; `side` is speculative or alone (a seam: tests replace it to inject a spread)."""
     from ggufspec.compare import Measured
 
     return Measured(gen_tps=gen.stats.gen_tps, generated_tokens=gen.stats.generated_tokens, tokens=tuple(gen.tokens))
-
-
-_DRAFT_STYLES = ("green", "cyan", "magenta", "yellow")  # accepted drafts, one colour per drafter
-
-
-def _stream(gen, *, colour: bool, drafters: list[str]) -> None:
-    for _ in _Printed(gen, colour=colour, drafters=drafters):
-        pass
-
-
-def _printer(*, colour: bool, drafters: list[str]):
-    """show(step) prints a step's text (`colour`: by where it came from); show(None) ends the text."""
-    from ggufspec.loop.rounds import Source
-
-    styles = {Source.DRAFT: "green", Source.CORRECTION: "red", Source.BONUS: "blue", Source.TARGET: "default"}
-    by_drafter = {name: _DRAFT_STYLES[i % len(_DRAFT_STYLES)] for i, name in enumerate(drafters)}
-    console = None
-    if colour:
-        from rich.console import Console
-
-        console = Console(highlight=False, soft_wrap=True)
-    out = sys.stdout
-
-    def show(step) -> None:
-        if step is None:
-            if console is not None:
-                console.print()
-                accepted = (" ".join(f"[{by_drafter[n]}]accepted from {_escape(n)}[/]" for n in drafters)
-                            or "[green]draft accepted[/]")
-                console.print(f"{accepted} [red]target correction[/] [blue]bonus[/] plain: target alone", style="dim")
-            else:
-                out.write("\n")
-                out.flush()
-            return
-        if not step.text:
-            return
-        if console is not None:
-            style = by_drafter.get(step.drafter, styles[step.source]) if step.drafter else styles[step.source]
-            console.print(step.text, style=style, end="", markup=False)
-        else:
-            out.write(step.text)
-            out.flush()
-
-    return show
 
 
 def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
@@ -369,9 +304,3 @@ def _bound(gen, baseline):
         accepted=s.accepted, rejections=rejections(gen), drafted=s.drafted,
         drafting_rounds=s.rounds - s.k_hist.get(0, 0), rounds=s.rounds, draft_s=s.draft_s, verify_s=s.verify_s,
         step_s=baseline.stats.verify_s / baseline.stats.rounds)
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
