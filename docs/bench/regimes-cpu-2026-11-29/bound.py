@@ -1,7 +1,9 @@
 """Each grid cell's default (and fixed K = 8) against Theorem 3.8 at the costs its runs measured
 (`ggufspec.bench.expected.measured_bound`: what `bench --regimes` prints in its 'bound' column since
 23909b1; the target step is llama.cpp's decode of the target alone), from a stored grid's bench.json
-files. The measured figure is the bench's (median over prompts); the bound is from the pooled counts.
+files. The measured figure is the bench's (median over prompts); the bound is from the pooled counts,
+and "per prompt" the median over prompts of each prompt's own bound (a prompt that never drafted:
+1.0), tried as a like-for-like column and not kept (bound-d0e6cee.md).
 
     .venv/bin/python docs/bench/regimes-cpu-2026-11-29/bound.py docs/bench/regimes-cpu-2026-11-29/grid-head-d0e6cee
 """
@@ -34,8 +36,9 @@ def records(path: Path) -> list[RunRecord]:
 
 def main() -> None:
     grid = Path(sys.argv[1])
-    print("| regime | set | config | measured | bound | measured / bound | alpha | K | c | verify (steps) | drafting share |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| regime | set | config | measured | bound | measured / bound | per prompt | measured / it | alpha | K | c "
+          "| verify (steps) | drafting share |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for bench in sorted(grid.glob("*/bench.json")):
         data = json.loads(bench.read_text())
         runs = records(bench)
@@ -50,17 +53,35 @@ def main() -> None:
                 rs = [r for r in ok if r.config == cfg]
                 if not rs or cfg not in by or step is None:
                     continue
-                rounds = sum(r.rounds for r in rs)
-                b = measured_bound(accepted=sum(r.accepted for r in rs), rejections=sum(r.rejections for r in rs),
-                                   drafted=sum(r.drafted for r in rs),
-                                   drafting_rounds=rounds - sum(r.k_hist.get(0, 0) for r in rs), rounds=rounds,
-                                   draft_s=sum(r.draft_s for r in rs), verify_s=sum(r.verify_s for r in rs), step_s=step)
+                b = bound(rs, step)
                 if b is None:
                     continue
+                per = [bound(prs, step) for prs in by_prompt(rs).values()]
+                pp = median([1.0 if x is None and not drafted(prs) else x.speedup
+                             for x, prs in zip(per, by_prompt(rs).values()) if x is not None or not drafted(prs)])
                 m = by[cfg]["speedup"]
                 v = "-" if b.verify is None else f"{b.verify:.2f}"
                 print(f"| {bench.parent.name} | {name} | {cfg} | {m:.2f} | {b.speedup:.2f} | {m / b.speedup:.2f} "
-                      f"| {b.alpha:.2f} | {b.k:.1f} | {b.c:.2f} | {v} | {b.share:.2f} |")
+                      f"| {pp:.2f} | {m / pp:.2f} | {b.alpha:.2f} | {b.k:.1f} | {b.c:.2f} | {v} | {b.share:.2f} |")
+
+
+def by_prompt(rs: list[RunRecord]) -> dict[str, list[RunRecord]]:
+    out: dict[str, list[RunRecord]] = {}
+    for r in rs:
+        out.setdefault(r.prompt_id, []).append(r)
+    return out
+
+
+def drafted(rs: list[RunRecord]) -> bool:
+    return any(r.drafted for r in rs)
+
+
+def bound(rs: list[RunRecord], step: float):
+    rounds = sum(r.rounds for r in rs)
+    return measured_bound(accepted=sum(r.accepted for r in rs), rejections=sum(r.rejections for r in rs),
+                          drafted=sum(r.drafted for r in rs),
+                          drafting_rounds=rounds - sum(r.k_hist.get(0, 0) for r in rs), rounds=rounds,
+                          draft_s=sum(r.draft_s for r in rs), verify_s=sum(r.verify_s for r in rs), step_s=step)
 
 
 if __name__ == "__main__":
