@@ -4,21 +4,22 @@
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable, Iterator
 
 
 class Printed:
     """A generation whose steps print their text as they come, for `run --compare`'s lockstep
     interleave: its `wait` is the generation's (an asynchronous target's round launched ahead)."""
 
-    def __init__(self, gen, *, colour: bool, drafters: list[str]) -> None:
+    def __init__(self, gen: Any, *, colour: bool, drafters: list[str]) -> None:
         self._show = printer(colour=colour, drafters=drafters)
         self._steps = iter(gen)
         self.wait = getattr(gen, "wait", None)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Any:
         try:
             step = next(self._steps)
         except StopIteration:
@@ -31,12 +32,13 @@ class Printed:
 _DRAFT_STYLES = ("green", "cyan", "magenta", "yellow")  # accepted drafts, one colour per drafter
 
 
-def stream(gen, *, colour: bool, drafters: list[str]) -> None:
+def stream(gen: Any, *, colour: bool, drafters: list[str]) -> None:
+    """Run generation `gen` to its end, printing its text as it comes."""
     for _ in Printed(gen, colour=colour, drafters=drafters):
         pass
 
 
-def printer(*, colour: bool, drafters: list[str]):
+def printer(*, colour: bool, drafters: list[str]) -> Callable[[Any], None]:
     """show(step) prints a step's text (`colour`: by where it came from); show(None) ends the text."""
     from ggufspec.loop.rounds import Source
 
@@ -49,7 +51,7 @@ def printer(*, colour: bool, drafters: list[str]):
         console = Console(highlight=False, soft_wrap=True)
     out = sys.stdout
 
-    def show(step) -> None:
+    def show(step: Any) -> None:
         if step is None:
             if console is not None:
                 console.print()
