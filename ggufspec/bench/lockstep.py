@@ -20,7 +20,8 @@ and that device time is its own, not the next lane's (whose decode would queue b
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Iterator, Sequence
 
 
 def interleave(lanes: Sequence[Iterator[object]], *, clock: Callable[[], float] = time.perf_counter) -> list[float]:
@@ -42,3 +43,9 @@ def interleave(lanes: Sequence[Iterator[object]], *, clock: Callable[[], float] 
             live.remove(i)
         busy[i] += clock() - t
     return busy
+
+
+def own_stats(stats: Any, busy_s: float) -> Any:
+    """A lane's `RunStats` with its generation time the seconds inside its own steps (`interleave`'s)
+    less its prefill, not the wall time that spans the other lanes' steps."""
+    return replace(stats, gen_s=max(0.0, busy_s - stats.prompt_s))

@@ -10,14 +10,13 @@ configuration always follows the same neighbour.
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ggufspec.bench.configs import BenchPlan, Config
-from ggufspec.bench.lockstep import interleave
+from ggufspec.bench.lockstep import interleave, own_stats
 from ggufspec.bench.machine import load_now, machine_info
 from ggufspec.bench.ours import Ours, rejections
 from ggufspec.bench.native import native_dir, run_llama_bench, run_native_speculative
@@ -234,7 +233,7 @@ def _run_lockstep(eng: _Engines, cfgs: list[Config], prompt: BenchPrompt, *, rep
     # the target alone first: the others' `identical` compares with its tokens
     for i in sorted(range(len(cfgs)), key=lambda i: not cfgs[i].is_baseline):
         cfg, gen = cfgs[i], gens[i]
-        stats = dataclasses.replace(gen.stats, gen_s=max(0.0, busy[i] - gen.stats.prompt_s))
+        stats = own_stats(gen.stats, busy[i])
         base = _base(eng, cfg, prompt, repeat=repeat, order=order + i) | {"lane": lanes[i]}
         records[cfg.name] = _ours_record(eng, cfg, gen, stats, base)
     return [records[c.name] for c in cfgs]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 from ggufspec.commands import (
     add_draft_kv_argument,
@@ -131,6 +131,7 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
     cannot be made) one after the other, ABBA, on the pair's. The first speculative run streams
     (without --json). Returns (Comparison, first speculative Generation, first target-alone
     Generation)."""
+    from ggufspec.bench.lockstep import interleave, own_stats
     from ggufspec.compare import ALONE, SPECULATIVE, compare
     from ggufspec.loop.engine import generate as start
 
@@ -176,8 +177,6 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
         return _measured(gen, side)
 
     def run_both(repeat: int, sides: tuple[str, str]):
-        from ggufspec.bench.lockstep import interleave
-
         # the speculative side on lane repeat % 2, the target alone on the other: a context keeps
         # its own speed for the process, a few percent apart from another's (ggufspec.bench.ours)
         lane = {SPECULATIVE: repeat % 2, ALONE: 1 - repeat % 2}
@@ -186,8 +185,7 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
         out = {}
         for side, seconds in zip(sides, busy):
             gen = gens[side]
-            # the seconds inside its own steps, not the other side's: its generation time
-            gen.stats = replace(gen.stats, gen_s=max(0.0, seconds - gen.stats.prompt_s))
+            gen.stats = own_stats(gen.stats, seconds)  # (its own steps' seconds, not the other side's)
             first.setdefault(side, gen)
             out[side] = _measured(gen, side)
         return out
