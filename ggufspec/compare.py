@@ -150,16 +150,12 @@ def compare(
     runs: list[CompareRun] = []
     by: dict[tuple[int, str], Measured] = {}
     order = run_order(repeats)
-    for i, (r, side) in enumerate(order):
-        if run is not None:
-            m = run(r, side)
-        elif i % 2 == 0:  # (the repeat's first side: both run now)
-            both = run_both(r, (side, order[i + 1][1]))  # type: ignore[misc]
-            m = both[side]
-        else:
-            m = both[side]
-        by[(r, side)] = m
-        runs.append(CompareRun(repeat=r, side=side, gen_tps=m.gen_tps, generated_tokens=m.generated_tokens))
+    for r in range(repeats):
+        sides = (order[2 * r][1], order[2 * r + 1][1])  # (this repeat's, in run_order's order)
+        got = run_both(r, sides) if run_both is not None else {side: run(r, side) for side in sides}  # type: ignore[misc]
+        for side in sides:
+            m = by[(r, side)] = got[side]
+            runs.append(CompareRun(repeat=r, side=side, gen_tps=m.gen_tps, generated_tokens=m.generated_tokens))
     speedups = tuple(by[(r, SPECULATIVE)].gen_tps / by[(r, ALONE)].gen_tps for r in range(repeats)
                      if by[(r, ALONE)].gen_tps > 0 and by[(r, SPECULATIVE)].gen_tps > 0)
     identical = None
