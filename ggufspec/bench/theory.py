@@ -11,9 +11,14 @@ from ggufspec.bench.expected import expected_speedup, expected_speedup_partial, 
 from ggufspec.bench.results import RunRecord
 
 
+def _alone(runs: Sequence[RunRecord], temperature: float) -> list[RunRecord]:
+    """Our target alone's runs at `temperature`."""
+    return [r for r in runs if r.engine == "ggufspec" and r.draft == BASELINE and r.temperature == temperature]
+
+
 def pooled_step(runs: Sequence[RunRecord], *, temperature: float) -> float | None:
     """Seconds per generated token of our target alone, pooled over runs (the first token is prefill's)."""
-    rs = [r for r in runs if r.engine == "ggufspec" and r.draft == BASELINE and r.temperature == temperature]
+    rs = _alone(runs, temperature)
     n = sum(r.generated_tokens - 1 for r in rs)
     return sum(r.gen_s for r in rs) / n if n else None
 
@@ -21,7 +26,7 @@ def pooled_step(runs: Sequence[RunRecord], *, temperature: float) -> float | Non
 def pooled_decode_step(runs: Sequence[RunRecord], *, temperature: float) -> float | None:
     """Seconds of one decode of our target alone (llama.cpp's: its verify seconds a round, our Python
     left out), pooled over runs; None where the runs did not time it."""
-    rs = [r for r in runs if r.engine == "ggufspec" and r.draft == BASELINE and r.temperature == temperature]
+    rs = _alone(runs, temperature)
     n = sum(r.rounds for r in rs)
     s = sum(r.verify_s for r in rs)
     return s / n if n and s > 0 else None
