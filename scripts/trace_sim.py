@@ -9,6 +9,10 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
               greedy tokens from p (up to --k-max, 16; its cache the target's for the history
               before p, as after a fully accepted round) equal the reply's, and the draft's top
               probability at each (for --draft-p-min). About 25 minutes on the 2-core EPYC.
+              `--target embedded:smollm2:Q8_0` another target of the draft's network; with
+              `--own-cache` the draft's cache its own decode of the history (smollm2-as-1b's
+              greedy text is the Q8_0 model's, and its draft cannot import its cache: the
+              replay then prices the catch-ups); `--first N` the bench's --limit N (1.5 min).
     simulate  replays each prompt through the real loop, `ggufspec.loop.engine.generate` (its
               controller calls, its check, its extension, its acceptance), on a simulated clock
               (`ggufspec.loop.clock.now`, replaced for the replay): a fake target whose greedy rows
@@ -26,7 +30,7 @@ A/B of two controller versions resolves about 2% over 116 prompt runs, and a ben
               `--profile NAME|FILE` prices rounds with costs given as numbers instead of a bench's
               (`PROFILES`: h200-135m, h200-135m-graphs, h200-135m-run4, h200-135m-run5,
               h200-as7b-graphs, h200-as7b-slowstart, rtx3090-8b, and this CPU's no-pay regimes
-              epyc-q8_0, epyc-q4_1; or a JSON/TOML file of the same keys), for regimes this machine
+              epyc-q8_0, epyc-q4_1 and its 1B stand-in epyc-as-1b; or a JSON/TOML file of the same keys), for regimes this machine
               cannot produce; with the default first and fixed-K or always-draft rivals it also
               prints `bench --regimes`' cells per prompt set (docs/bench/regimes_simulated.md).
               `--losses`: the first policy's time against the target alone's, split by the kind
@@ -69,8 +73,8 @@ from typing import Any
 import numpy as np
 
 from ggufspec.loop import clock, engine
-from ggufspec.loop.control import ControlSettings, DraftController
-from ggufspec.loop.drafters import Draft, Drafter, top_probability
+from ggufspec.loop.control import SYNCED, ControlSettings, DraftController
+from ggufspec.loop.drafters import Draft, Drafter, common_prefix, top_probability
 from ggufspec.loop.lookup import LookupDrafter
 from ggufspec.loop.sampling import SamplingSettings
 from ggufspec.loop.speculation import DraftLengthSettings, SpeculativeSettings
@@ -89,15 +93,21 @@ K_MAX = 16  # draft tokens scored from each position by `record` (the most a rep
 MAX_TOKENS = 128  # new tokens a generation, as the bench's
 
 
-def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0) -> None:
+def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0, *, target_ref: str | None = None,
+           first: int = 0, own_cache: bool = False) -> None:
     """Traces of both prompt sets into `out`, written again (atomically) after each prompt, in the
     bench's order. `limit`: the first `limit` prompts of each set's categories only, recorded
-    one of each cell before a second of any (a partial file covers every cell). Prompts that `out`
-    already holds (same k_max) are kept, not recorded again: an interrupted run resumes."""
+    one of each cell before a second of any (a partial file covers every cell); `first`: the first
+    `first` prompts of each set only (the bench's --limit). Prompts that `out` already holds (same
+    k_max) are kept, not recorded again: an interrupted run resumes. `target_ref`: another target
+    than the default pair's, of the same network as its draft (whose cache the draft imports at
+    each position), e.g. embedded:smollm2:Q8_0, whose greedy text smollm2-as-1b's is. `own_cache`:
+    each position's draft from the draft's own cache of the history instead (a target of another
+    network, as smollm2-as-1b's extra blocks, whose cache the draft cannot import: it keeps its own)."""
     from ggufspec import ContextSettings, PairSettings, load_pair
     from ggufspec.bench.prompts import load_prompts
 
-    order = [(s, p) for s in ("tuned", "heldout") for p in load_prompts(prompt_set=s)]
+    order = [(s, p) for s in ("tuned", "heldout") for p in load_prompts(prompt_set=s)[:first or None]]
     rank: dict[int, int] = {}
     seen: collections.Counter = collections.Counter()
     for i, (s, p) in enumerate(order):
@@ -114,7 +124,8 @@ def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0) -> No
         tmp.write_text(json.dumps(dict(sorted(traces.items(), key=lambda kv: index.get(kv[0], len(index))))))
         tmp.replace(out)
 
-    with load_pair(settings=PairSettings(context=ContextSettings(n_ctx=2048))) as pair:
+    draft_ref = "embedded:smollm2:Q4_1" if target_ref else None  # (the default pair's draft)
+    with load_pair(target=target_ref, draft=draft_ref, settings=PairSettings(context=ContextSettings(n_ctx=2048))) as pair:
         target = pair.target_ctx
         draft = next(d for d in pair.drafters if not d.free).ctx  # type: ignore[attr-defined]
         for s, p in (order[i] for i in todo):
@@ -125,9 +136,10 @@ def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0) -> No
             gen.run()
             prompt = list(pair.encode(messages=list(p.messages)))
             hist = prompt + list(gen.tokens)
-            target.clear()
-            target.decode(hist[:-1], logits="none")
-            state = target.state()
+            source = draft if own_cache else target  # the cache each round's draft starts from
+            source.clear()
+            source.decode(hist[:-1], logits="none")
+            state = source.state()
             accepted, tops = [], []
             for pos in range(len(prompt), len(hist)):  # a round whose history is hist[:pos]
                 if not draft.load_state(state, hist[:-1]):
@@ -145,7 +157,8 @@ def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0) -> No
                 accepted.append(n)
                 tops.append(top)
             traces[p.id] = {"set": s, "category": p.category, "prompt": prompt, "reply": list(gen.tokens),
-                            "model_accepted": accepted, "model_top": tops, "k_max": k_max}
+                            "model_accepted": accepted, "model_top": tops, "k_max": k_max,
+                            **({"own_cache": True} if own_cache else {})}
             write()
             print(f"{p.id}: {len(gen.tokens)} tokens, {st.mean(accepted):.2f} accepted from each position", flush=True)
     write()
@@ -165,6 +178,7 @@ class Costs:
         # the draft model (lookup's step is 0)
         self.draft, self.b = next((k, float(v)) for k, v in micro["draft_step_s"].items() if v)
         self.f = self.b + FIRST_CALL_S
+        self.u = self.b / 3  # a draft that keeps its own cache: a token of its prefill or catch-up (a batch)
         # our Python a round, python0 + python1 * K: in the EPYC's bench runs 0.22 ms for the target
         # alone and 0.2 ms more a drafted token (1.78 ms at K = 8; 3.3 ms at K = 16 measured)
         self.python0, self.python1 = 0.00022, 0.0002
@@ -194,6 +208,7 @@ class Costs:
         draft_s, drafted = per_round(f"{draft} K={fixed[-1]}", "draft_s")
         costs.b = (draft_s - FIRST_CALL_S) / drafted
         costs.f = costs.b + FIRST_CALL_S
+        costs.u = costs.b / 3
         # Python = python0 + python1 * drafted: least squares over the target alone and each fixed K
         pts = [per_round(c, "overhead_s") for c in ("target alone", *(f"{draft} K={k}" for k in fixed))]
         fit = st.linear_regression([d for _, d in pts], [o for o, _ in pts])
@@ -225,6 +240,9 @@ class Costs:
         if 0 not in costs.verify:
             costs.verify[0] = costs.a
         costs.f = costs.b + float(profile.get("draft_first_extra_ms", 0.0)) * ms
+        # a draft that keeps its own cache (own-cache traces): a token of a prompt prefill or a
+        # catch-up, decoded in a batch (absent: a third of a draft step)
+        costs.u = float(profile.get("draft_batch_ms", costs.b / ms / 3)) * ms
         costs.python0 = float(profile.get("python_round_ms", 0.0)) * ms
         costs.python1 = float(profile.get("python_draft_ms", 0.0)) * ms
         costs.python_ctl = float(profile.get("python_controller_ms", 0.0)) * ms
@@ -393,6 +411,31 @@ PROFILES: dict[str, dict[str, Any]] = {
     "epyc-q4_1": {
         "name": "epyc-q4_1", "target_step_ms": 9.03, "verify_ms": {1: 9.03, 3: 20.54, 5: 30.23, 9: 44.27},
         "draft_step_ms": 8.80, "draft_first_extra_ms": 2.28, "python_round_ms": 0.149, "python_draft_ms": 0.07,
+        "python_controller_ms": 0.25, "python_controller_none_ms": 0.09,
+    },
+    # smollm2-as-1b on this 2-core AMD EPYC (`bench --regimes`' regime e, where a verify of 9 rows
+    # costs ~4.5 target steps), as the loop measured it in the grid at 5365ff4
+    # (docs/bench/regimes-cpu-2026-11-29/grid-head-5365ff4/as-1b/runs.csv, both prompt sets):
+    # - target step 57.8 ms, 3/5/9 rows 120.8/201.6/261.9: the target alone's and fixed K = 2/4/8's
+    #   verify seconds a round;
+    # - the other row counts: the decodes of n rows timed back to back (docs/bench/regimes-cpu-
+    #   2026-11-27e/per-k/verify-rows.txt, medians of 6; llama.cpp's repacked kernels take rows in
+    #   blocks of 4, so the curve is no line) scaled by the loop's ratio to them at the nearest
+    #   measured counts, interpolated (1.14 at 1-3 rows, 1.31 at 5, 1.27 at 9);
+    # - draft step b 9.6 ms and first-call extra e 7.2: fixed K = 2 and 8's draft seconds a round,
+    #   2b + e = 26.4 and 8b + e = 84.0 (the draft keeps its own cache beside the stand-in: a
+    #   round's first call decodes the 1-2 tokens the last round left);
+    # - a token of the draft's prompt prefill or catch-up (a batch decode): 3.5 ms (the Q4_1 draft's
+    #   decode of 8-128 tokens after a 100-token prompt, minimum of 4, 3.4-4.0 ms a token);
+    # - our Python: the target alone's 0.226 ms a round, 0.1 a drafted token (fixed K = 8's 1.01).
+    # The traces to replay with it: `record --target embedded:smollm2:Q8_0 --own-cache` (the
+    # stand-in's greedy text is the Q8_0 model's).
+    "epyc-as-1b": {
+        "name": "epyc-as-1b", "target_step_ms": 57.8,
+        "verify_ms": {1: 57.8, 2: 104.4, 3: 120.8, 4: 136.6, 5: 201.6, 6: 211.0, 7: 226.1, 8: 197.3, 9: 261.9,
+                      10: 270.0, 11: 278.6, 12: 253.0, 13: 316.5},
+        "draft_step_ms": 9.6, "draft_first_extra_ms": 7.2, "draft_batch_ms": 3.5,
+        "python_round_ms": 0.226, "python_draft_ms": 0.1,
         "python_controller_ms": 0.25, "python_controller_none_ms": 0.09,
     },
 }
@@ -579,24 +622,41 @@ class TraceDrafter:
     along the chain recorded at the round's first position: the draft holds its own cache then,
     not the target's, and the trace at the next position, recorded from the target's, may differ.
     Each call costs a draft step a token: a round's first call `costs.f` (it imports the target's
-    cache), a later one `costs.b`."""
+    cache), a later one `costs.b`. `own` (traces recorded with --own-cache): the draft keeps its
+    own cache, as beside a target of another network: not kv_shared, behind by what it has not
+    decoded, a prompt prefill and a catch-up `costs.u` a token (a batch), so the controller's
+    catch-up pricing, prefill choice and opening act as on the real stand-in."""
 
     name = MODEL
     free = False
     grades = ()
-    kv_shared = True
 
-    def __init__(self, r: Replayed, sim: ReplayClock, costs: Costs, slow: list[int] | None = None) -> None:
+    def __init__(self, r: Replayed, sim: ReplayClock, costs: Costs, slow: list[int] | None = None, *,
+                 own: bool = False) -> None:
         self.r, self.sim, self.costs = r, sim, costs
         self.slow = slow if slow is not None else [0]  # rounds of the slow start left (shared by a policy's generations)
         self._round = -1  # the target's round (`ReplayClock.verifies`) of the last call
         self._start = 0  # the history's length at that round's first call
+        # `own`: the draft keeps its own cache (a target of another network: traces recorded with
+        # --own-cache), `cache` the tokens it holds: a prompt it was not prefilled with, and the
+        # rounds it sat out, it decodes as a batch (a catch-up, `costs.u` a token) before drafting
+        self.own = own
+        self.cache: list[int] = []
+
+    @property
+    def kv_shared(self) -> bool:
+        return not self.own
 
     def prefill(self, prompt: Sequence[int]) -> float:
-        return 0.0  # the target's cache, imported
+        if not self.own:
+            return 0.0  # the target's cache, imported
+        seconds = (len(prompt) - 1 - common_prefix(self.cache, prompt[:-1])) * self.costs.u * self.sim.jitter
+        self.cache = list(prompt[:-1])
+        self.sim.t += seconds
+        return seconds
 
     def backlog(self, history: Sequence[int]) -> int:
-        return 0
+        return len(history) - common_prefix(self.cache, history) if self.own else 0
 
     def continue_after(self, history: Sequence[int], drafts: Sequence[int], *, draft_len: int) -> Draft:
         return Draft((), ())
@@ -612,8 +672,9 @@ class TraceDrafter:
             paused = self.sim.verifies - max(self._round, 0) > PAUSE_ROUNDS
             self._round, self._start, first = self.sim.verifies, n, self.costs.f
             first += self.costs.pause_extra if paused else 0.0
+            behind = len(history) - common_prefix(self.cache, history) if self.own else 0
         else:  # later in the same round (after a check's first token): its own chain, one more step
-            first = self.costs.b
+            first, behind = self.costs.b, 0
         at, j = self._start - r.prompt_len, n - self._start  # the round's chain, and how far along it
         on_path = list(history[self._start - 1:]) == r.seq[self._start - 1:n]  # else past its own wrong token
         k, calls = _drafted(r.tops[at][j:] if r.tops is not None and on_path else [], draft_len, draft_p_min)
@@ -625,8 +686,13 @@ class TraceDrafter:
             self.slow[0] -= 1
             b += self.costs.slow_b
         seconds = (first + (calls - 1) * b) * jitter
-        self.sim.t += seconds
-        return Draft(tokens, (None,) * len(tokens), seconds, decode_calls=calls, first_s=first * jitter)
+        catchup = behind if behind > SYNCED else 0  # (a full accept leaves 2 tokens: a round's own first call)
+        catchup_s = catchup * self.costs.u * jitter
+        if self.own:
+            self.cache = [*history, *tokens[:-1]]  # what it decoded: the history and all drafts but the last
+        self.sim.t += seconds + catchup_s
+        return Draft(tokens, (None,) * len(tokens), seconds + catchup_s, catchup_s, calls, catchup,
+                     first_s=first * jitter)
 
 
 def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController | None, costs: Costs,
@@ -644,7 +710,7 @@ def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController 
     sim = ReplayClock(rng, noise)
     fixed = policy.kind == "fixed"
     target = TraceTarget(r, sim, costs, controlled=not fixed)
-    drafters: list[Drafter] = [TraceDrafter(r, sim, costs, slow)]
+    drafters: list[Drafter] = [TraceDrafter(r, sim, costs, slow, own=bool(trace.get("own_cache")))]
     if policy.kind == "default":
         drafters.append(LookupDrafter())
     length = DraftLengthSettings(draft_max=policy.draft_max, draft_p_min=policy.p_min, draft_extend=policy.extend,
@@ -845,6 +911,10 @@ def main() -> None:
     r.add_argument("--k-max", type=int, default=K_MAX, help="the most draft tokens scored from each position")
     r.add_argument("--limit", type=int, default=0,
                    help="the first N prompts of each category of each set only (one of each cell first); 0: all")
+    r.add_argument("--first", type=int, default=0, help="the first N prompts of each set only (the bench's --limit); 0: all")
+    r.add_argument("--own-cache", action="store_true",
+                   help="draft from the draft's own cache of the history, not the target's (a target of another network)")
+    r.add_argument("--target", help="a target of the draft's network other than the default pair's (e.g. embedded:smollm2:Q8_0)")
     s = sub.add_parser("simulate", help="replay the traces through the controller")
     s.add_argument("traces", type=Path)
     s.add_argument("--bench", type=Path, default=Path("docs/bench/epyc-first/bench.json"),
@@ -863,7 +933,8 @@ def main() -> None:
                         "or K<N> (default: %(default)s)")
     args = ap.parse_args()
     if args.cmd == "record":
-        record(args.out, args.max_tokens, args.k_max, args.limit)
+        record(args.out, args.max_tokens, args.k_max, args.limit, target_ref=args.target, first=args.first,
+               own_cache=args.own_cache)
     else:
         if args.profile and args.loop_costs:
             sys.exit("error: --loop-costs reads a bench's runs; a --profile gives its own costs")

@@ -14,8 +14,9 @@ Rule `induced_catchup`: a free drafter's round is charged the catch-up it leaves
 in play (the model drafter run last, within `retry` rounds): its emitted tokens times u_m.
 
 A draft model that imports the target's KV cache (`Candidate.kv_shared`) is never behind: these
-rules, the opening and the hysteresis never act on it. The trace replay's draft is such a model,
-so the replay cannot measure them (docs/bench/controller.md).
+rules, the opening and the hysteresis never act on it. The trace replay's draft is such a model
+unless its traces were recorded with the draft's own cache (scripts/trace_sim.py record
+--own-cache, as for the 1B stand-in: docs/bench/coldstart-replay-2026-11-29).
 """
 
 from __future__ import annotations
