@@ -283,3 +283,57 @@ def test_the_cpu_no_pay_profiles_hold_their_stated_numbers() -> None:
     q4 = trace_sim.Costs.from_profile(trace_sim.load_profile("epyc-q4_1"))
     assert 2 * q4.b + (q4.f - q4.b) == pytest.approx(2 * 9.94e-3, rel=1e-2)
     assert 8 * q4.b + (q4.f - q4.b) == pytest.approx(8 * 9.09e-3, rel=1e-2)
+
+
+def test_a_draft_with_its_own_cache_catches_up_on_what_it_missed() -> None:
+    # own-cache traces (recorded with --own-cache: a target of another network, as the 1B
+    # stand-in's): the draft is not kv_shared, is behind by what it has not decoded, and decodes
+    # a backlog over the 2 tokens a full accept leaves as a catch-up batch, u a token
+    trace = {**_trace(40, 3), "own_cache": True}
+    r = trace_sim.Replayed(trace, 128)
+    sim = trace_sim.ReplayClock(random.Random(0), 0.0)
+    costs = trace_sim.Costs.from_profile(trace_sim.load_profile("epyc-as-1b"))
+    d = trace_sim.TraceDrafter(r, sim, costs, own=True)
+    assert not d.kv_shared and trace_sim.TraceDrafter(r, sim, costs).kv_shared
+    prompt = r.seq[:r.prompt_len]
+    assert d.backlog(prompt) == len(prompt)  # never prefilled: the whole prompt
+    assert d.prefill(prompt) == pytest.approx((len(prompt) - 1) * costs.u) and d.backlog(prompt) == 1
+    history = r.seq[:r.prompt_len + 5]  # 5 rounds of the target alone later: 6 tokens behind
+    sim.verifies += 1
+    got = d.propose(history, draft_len=4)
+    assert (got.catchup_tokens, got.catchup_s) == (6, pytest.approx(6 * costs.u))
+    assert got.decode_s == pytest.approx(6 * costs.u + costs.f + 3 * costs.b) and got.first_s == pytest.approx(costs.f)
+    # it decoded its drafts but the last (the 4th, rejected): its 3 kept ones are in its cache, the
+    # target's correction is not: 1 token behind, no catch-up
+    history = r.seq[:r.prompt_len + 9]
+    sim.verifies += 1
+    assert d.backlog(history) == 1
+    assert d.propose(history, draft_len=4).catchup_tokens == 0
+
+
+def test_the_1b_stand_ins_profile_holds_its_stated_numbers() -> None:
+    c = trace_sim.Costs.from_profile(trace_sim.load_profile("epyc-as-1b"))
+    # the grid's loop costs: the target alone's and fixed K = 2, 4, 8's verify seconds a round
+    assert (c.a, c.verify_s(2), c.verify_s(4), c.verify_s(8)) == pytest.approx((0.0578, 0.1208, 0.2016, 0.2619))
+    assert 2 * c.b + (c.f - c.b) == pytest.approx(0.0264) and 8 * c.b + (c.f - c.b) == pytest.approx(0.084)
+    assert c.verify_s(7) < c.verify_s(6) and c.u == pytest.approx(0.0035)  # rows in blocks of 4
+
+
+def test_the_cold_start_replay_runs_fresh_controllers_on_rotated_prompts(tmp_path, monkeypatch, capsys) -> None:
+    coldstart_sim = load_script("coldstart_sim")
+    traces = {f"{s}-{i}": {**_trace(30, 6), "set": s} for s in ("tuned", "heldout") for i in range(3)}
+    path = tmp_path / "traces.json"
+    path.write_text(json.dumps(traces))
+    out = tmp_path / "gens.json"
+    monkeypatch.setattr("sys.argv", ["coldstart_sim", str(path), "--profile", "epyc-as-1b", "--seeds", "3",
+                                     "--prompts", "2", "--noise", "0", "--policies", "default", "K4", "--json", str(out)])
+    coldstart_sim.main()
+    text = capsys.readouterr().out
+    assert "| default<=8 |" in text and "| K4 |" in text and "| tuned |" in text
+    gens = json.loads(out.read_text())
+    # 3 seeds x 2 repeats x (2 tuned + 2 held-out prompts); K4 never runs the target alone
+    assert [len(g) for g in gens["K4"]] == [8, 8, 8] and all(none == 0 for g in gens["K4"] for _, _, none in g)
+    assert [s for s, _, _ in gens["default<=8"][0][:4]] == ["tuned", "tuned", "heldout", "heldout"]
+    with pytest.raises(SystemExit, match="--profile"):
+        monkeypatch.setattr("sys.argv", ["coldstart_sim", str(path)])
+        coldstart_sim.main()
