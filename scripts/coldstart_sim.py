@@ -37,7 +37,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trace_sim import MAX_TOKENS, Costs, Policy, load_profile, simulate_prompt  # noqa: E402
+from trace_sim import Costs, Policy, alone_seconds, load_profile, simulate_prompt  # noqa: E402
 
 from ggufspec.loop.control import DraftController  # noqa: E402
 
@@ -87,16 +87,16 @@ def main() -> None:
     for seed in range(args.seeds):
         for policy in policies:
             rng = random.Random(seed * 7919 + zlib.crc32(policy.label.encode()) % 7919)
-            ctl = DraftController(settings=policy.settings()) if policy.kind != "fixed" else None
+            ctl = (DraftController(settings=policy.settings(gpu=costs.uncaptured is not None))
+                   if policy.kind != "fixed" else None)  # (as trace_sim's replay: switch_cost on a GPU's graph)
             slow = [costs.slow_rounds]
             gens = []
             for _ in range(args.repeats):
                 for pid in order_of(seed):
                     t = traces[pid]
-                    alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * (costs.a + costs.python_s(0))
                     stats = simulate_prompt(t, policy, ctl, costs, rng, args.noise, slow=slow)
                     rounds = sum(stats.drafter_rounds.values()) or 1
-                    gens.append((t["set"], alone / stats.gen_s, stats.drafter_rounds.get("none", 0) / rounds))
+                    gens.append((t["set"], alone_seconds(t, costs) / stats.gen_s, stats.drafter_rounds.get("none", 0) / rounds))
             speedups[policy].append(gens)
 
     def cell(gens: list[tuple[str, float, float]], s: str) -> float:

@@ -728,6 +728,16 @@ def simulate_prompt(trace: dict[str, Any], policy: Policy, ctl: DraftController 
     return gen.stats
 
 
+def alone_seconds(trace: dict[str, Any], costs: Costs) -> float:
+    """The target alone's simulated generation of the trace's reply (the first token, from the
+    prefill, excluded): a step and its Python a token, and on a GPU's graph its first two steps
+    without one."""
+    alone = (min(MAX_TOKENS, len(trace["reply"])) - 1) * (costs.a + costs.python_s(0))
+    if costs.uncaptured is not None:  # its first two steps after the prefill: no graph yet
+        alone += 2 * (costs.bare_s(costs.a) - costs.a) + costs.capture
+    return alone
+
+
 def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
            policies: tuple[Policy, ...], *, traced: Policy | None = None,
            generations: list[tuple[dict[str, Any], float, list[Any]]] | None = None) -> dict[tuple[Policy, str], list[float]]:
@@ -750,9 +760,7 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
             ctls[traced].observe = trace  # type: ignore[method-assign]
         for _ in range(2):  # the bench's two repeats, in its order
             for pid, t in traces.items():
-                alone = (min(MAX_TOKENS, len(t["reply"])) - 1) * (costs.a + costs.python_s(0))
-                if costs.uncaptured is not None:  # its first two steps after the prefill: no graph yet
-                    alone += 2 * (costs.bare_s(costs.a) - costs.a) + costs.capture
+                alone = alone_seconds(t, costs)
                 for policy in policies:
                     seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise, slow=slow[policy]).gen_s
                     speedups[(policy, pid)].append(alone / seconds)
