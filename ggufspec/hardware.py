@@ -238,6 +238,19 @@ def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo's first "model name"), else what `platform` says."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def usable_cpus() -> int:
     """Logical CPUs this process may run on (its affinity mask where the OS has one): the most
     threads llama.cpp can run at once. More only queue on the same CPUs, and far more crash it

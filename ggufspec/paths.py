@@ -22,3 +22,14 @@ def cache_dir() -> Path:
 def kernels_dir() -> Path:
     """Where scripts/build_exact_kernels.sh puts its overlays, one per llama-cpp-python version."""
     return cache_dir() / "kernels"
+
+
+def state_dir() -> Path:
+    """What ggufspec learns on this machine and keeps between runs (the draft controller's
+    estimates: ggufspec.remember): GGUFSPEC_STATE, else $XDG_STATE_HOME/ggufspec, else
+    ~/.local/state/ggufspec. State, not cache: it is not rebuilt from anything, only learnt again."""
+    root = os.environ.get("GGUFSPEC_STATE")
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "ggufspec"

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from ggufspec import pairload
+from ggufspec import pairload, remember
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import ModelInfo, read_model_info
+from ggufspec.llama.kernels import installed_version
 from ggufspec.loop.control import DraftController
 from ggufspec.loop.drafters import Drafter
 from ggufspec.loop.model_drafter import ModelDrafter
@@ -75,6 +76,10 @@ class SpeculativePair:
     _slots: list[Slot] | None = field(default=None, repr=False)
     # contexts made by `fork`, closed with the pair (before the models they run on)
     _forks: list[Any] = field(default_factory=list, repr=False)
+    # settings.remember: what the controller was learnt on (ggufspec.remember), written back at close
+    _remember: dict[str, Any] | None = field(default=None, repr=False)
+    # rounds the controller had observed in earlier runs when the pair loaded (0: it started fresh)
+    remembered_rounds: int = 0
 
     def draft_name(self, drafter: Drafter | None) -> str:
         """"none", "lookup" or the draft model's path."""
@@ -295,7 +300,16 @@ class SpeculativePair:
         drafters += [d for d in self.drafters if all(d is not e for e in drafters)]
         return drafters
 
+    def save_controller(self) -> None:
+        """With settings.remember, write what the controller learnt since the pair loaded for the
+        next run (ggufspec.remember; `close` does, and `serve` once its generations have stopped:
+        a SIGTERM ends the process before the pair closes). Nothing new learnt: the file stands."""
+        if self._remember is not None and self.controller.round > self.remembered_rounds:
+            remember.save(self._remember, self.controller)
+            self.remembered_rounds = self.controller.round
+
     def close(self) -> None:
+        self.save_controller()
         for ctx in self._forks:
             ctx.close()
         self._forks.clear()
@@ -356,14 +370,16 @@ def load_pair(
     except BaseException:
         target_model.close()
         raise
+    control = pairload.control_settings(target_load, model_devices, settings)
+    ident, controller = _remembered(target_path, draft_paths, settings, control, model_devices)
     pair = SpeculativePair(
         target_path=target_path, target_model=target_model, target_ctx=target_ctx, target_info=target_info,
         settings=settings,
         inexact_greedy=greedy_exactness(target_info, on_gpu=on_gpu, cache_type=ctx_settings.cache_type_k,
                                         invariant_kernels=batch_invariant_kernels()),
         devices=pairload.layers_per_device(target_info, target_load, draft_path, draft_load, model_devices),
-        controller=DraftController(settings=pairload.control_settings(target_load, model_devices, settings)),
-        _llama_lock=lock,
+        controller=controller or DraftController(settings=control),
+        _llama_lock=lock, _remember=ident, remembered_rounds=controller.round if controller is not None else 0,
     )
     try:
         # every draft file was checked above: load them without reading them again
@@ -381,3 +397,14 @@ def load_pair(
         raise
     pairload.watch_workers(settings)
     return pair
+
+
+def _remembered(target: Path, drafts: Sequence[Path | None], settings: PairSettings, control: Any,
+                devices: Sequence[Any]) -> tuple[dict[str, Any] | None, DraftController | None]:
+    """With settings.remember: (what the pair's controller is learnt on, the controller earlier runs
+    left for it, None if none: ggufspec.remember); else (None, None)."""
+    if not settings.remember:
+        return None, None
+    ident = remember.identity(target=target, drafts=drafts, settings=settings, control=control, devices=devices,
+                              llama_version=installed_version())
+    return ident, remember.load(ident)

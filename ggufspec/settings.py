@@ -139,6 +139,9 @@ class PairSettings:
     # sequences per context (serve --parallel): N KV caches of context.n_ctx tokens, one per slot
     parallel: int = 1
     draft_kv: DraftKV = "auto"  # --draft-kv
+    # the draft controller read from what earlier runs on this pair and machine learnt, and written
+    # back when the pair closes (ggufspec.remember; the CLI's --remember, its default)
+    remember: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.parallel, int) or self.parallel < 1:

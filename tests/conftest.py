@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import signal
 import socket
 from pathlib import Path
@@ -102,6 +103,26 @@ def no_network() -> Iterator[None]:
 
 
 # ---- tiny GGUF models (tests/tiny_models.py) -------------------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The session's servers and CLI runs keep the draft controller's state (ggufspec.remember) in
+    a temporary folder, never the user's ~/.local/state."""
+    old = os.environ.get("GGUFSPEC_STATE")
+    os.environ["GGUFSPEC_STATE"] = str(tmp_path_factory.mktemp("state-session"))
+    yield
+    if old is None:
+        os.environ.pop("GGUFSPEC_STATE", None)
+    else:
+        os.environ["GGUFSPEC_STATE"] = old
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's own state folder (not made until a run writes it): no test starts from what
+    another's runs learnt."""
+    monkeypatch.setenv("GGUFSPEC_STATE", str(tmp_path_factory.mktemp("state") / "ggufspec"))
 
 
 @pytest.fixture(scope="session")

@@ -137,7 +137,7 @@ def test_markdown_has_a_table_per_set_and_the_plots_note(tmp_path: Path, monkeyp
 
 
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path: Path) -> None:
-    from ggufspec.bench.atomic import write_atomic
+    from ggufspec.atomic import write_atomic
 
     f = tmp_path / "bench.md"
     write_atomic(f, "first")

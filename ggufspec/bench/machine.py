@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import os
 import platform
-from pathlib import Path
 
 from ggufspec.bench.native import find_native
-from ggufspec.hardware import system_info
+from ggufspec.hardware import cpu_model, system_info
 from ggufspec.sysload import load_now
 
 __all__ = ["load_now", "machine_info"]  # load_now lives in ggufspec.sysload (run --compare uses it too)
@@ -16,14 +15,7 @@ __all__ = ["load_now", "machine_info"]  # load_now lives in ggufspec.sysload (ru
 
 def machine_info(*, n_threads: int | None = None) -> dict:
     """CPU model, cores, RAM, GPUs, OS and the versions that matter."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     system = system_info()
     versions = {"python": platform.python_version()}
     for mod in ("ggufspec", "llama_cpp", "numpy", "matplotlib", "torch", "transformers"):

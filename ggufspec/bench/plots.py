@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ggufspec.bench.atomic import write_atomic
+from ggufspec.atomic import write_atomic
 from ggufspec.bench.configs import BASELINE
 from ggufspec.bench.results import BenchResult
 
@@ -106,7 +106,7 @@ def write_plots(result: BenchResult, out: Path) -> list[Path]:
 
 
 def _save(fig, path: Path) -> Path:
-    """The figure as a PNG at `path`, landing whole (ggufspec.bench.atomic.write_atomic)."""
+    """The figure as a PNG at `path`, landing whole (ggufspec.atomic.write_atomic)."""
     import io
 
     import matplotlib.pyplot as plt

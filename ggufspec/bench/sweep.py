@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ggufspec.bench.atomic import write_atomic
+from ggufspec.atomic import write_atomic
 from ggufspec.errors import UserError
 from ggufspec.loop.speculation import SpeculativeSettings
 from ggufspec.settings import ContextSettings, Layers, PairSettings

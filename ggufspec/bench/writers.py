@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Mapping
 
-from ggufspec.bench.atomic import write_atomic
+from ggufspec.atomic import write_atomic
 from ggufspec.bench.plots import write_plots
 from ggufspec.bench.prompts import FILE_SET, PROMPT_SETS
 from ggufspec.bench.results import BenchResult

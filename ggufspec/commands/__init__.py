@@ -30,6 +30,17 @@ def add_draft_kv_argument(group: argparse._ArgumentGroup) -> None:
     )
 
 
+def add_remember_argument(group: argparse._ArgumentGroup) -> None:
+    """`--remember` / `--no-remember`: the draft controller starts from what earlier runs on the same
+    pair and machine learnt, and keeps what this one learns (ggufspec.remember)."""
+    group.add_argument(
+        "--remember", action=argparse.BooleanOptionalAction, default=True,
+        help="start the draft controller from what earlier runs of this pair on this machine learnt, and keep "
+             "what this run learns (default; in ~/.local/state/ggufspec, or GGUFSPEC_STATE); "
+             "--no-remember: start fresh and keep nothing",
+    )
+
+
 def add_model_arguments(group: argparse._ArgumentGroup, *, draft_help: str, repeatable_draft: bool = False) -> None:
     """`--target`, `--draft`, `--pair` and `--offline`, as every command that loads a pair names them
     (ggufspec.models.resolve turns them into a target and its drafters)."""
@@ -53,7 +64,7 @@ def add_sampling_arguments(group: argparse._ArgumentGroup) -> None:
 
 def pair_settings(args: argparse.Namespace) -> "PairSettings":
     """PairSettings from the runtime options `run` and `chat` share (--ctx, --threads, --cache-type,
-    --ngl, --ngld, --draft-kv, --offline, and --rpc where the command has it); raises UserError on bad values."""
+    --ngl, --ngld, --draft-kv, --remember, --offline, and --rpc where the command has it); raises UserError on bad values."""
     from ggufspec.settings import ContextSettings, PairSettings, parse_layers
 
     rpc = getattr(args, "rpc", None)
@@ -65,4 +76,5 @@ def pair_settings(args: argparse.Namespace) -> "PairSettings":
         offline=args.offline,
         rpc=(rpc,) if rpc else (),
         draft_kv=args.draft_kv,
+        remember=args.remember,
     )

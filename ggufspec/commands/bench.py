@@ -248,7 +248,7 @@ def _regimes(args: argparse.Namespace, prompts: list, repeats: int, *, sweep_dra
     from ggufspec import bench
     from ggufspec.bench.machine import machine_info
     from ggufspec.bench.regimes import parse_regimes, regime_plan, regime_rows, regimes_markdown, unavailable
-    from ggufspec.bench.atomic import write_atomic
+    from ggufspec.atomic import write_atomic
 
     regimes = parse_regimes(args.regimes)
     out = Path(args.out)

@@ -24,7 +24,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ggufspec.commands import add_draft_kv_argument, add_model_arguments, add_sampling_arguments, pair_settings
+from ggufspec.commands import (
+    add_draft_kv_argument, add_model_arguments, add_remember_argument, add_sampling_arguments, pair_settings,
+)
 from ggufspec.commands.speculation_args import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
 
@@ -51,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--ngl", default="auto", metavar="N|all|auto", help="target layers on the GPU (default auto: planner)")
     r.add_argument("--ngld", default="auto", metavar="N|all|auto", help="draft layers on the GPU (default auto)")
     add_draft_kv_argument(r)
+    add_remember_argument(r)
     r.add_argument("--llama-log", action="store_true", help="show llama.cpp's own log")
     o = p.add_argument_group("output")
     o.add_argument("-v", "--verbose", action="store_true", help="colour each token by where it came from (/verbose)")

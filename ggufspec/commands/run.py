@@ -28,6 +28,7 @@ from dataclasses import asdict
 
 from ggufspec.commands import (
     add_draft_kv_argument,
+    add_remember_argument,
     add_model_arguments,
     add_rpc_argument,
     add_sampling_arguments,
@@ -54,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--ngld", default="auto", metavar="N|all|auto", help="draft layers on the GPU (default auto)")
     add_rpc_argument(r)
     add_draft_kv_argument(r)
+    add_remember_argument(r)
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
     r.add_argument(
         "--cache-type", default="auto", choices=("auto", "f16", "q8_0", "q4_0", "f32"), metavar="TYPE",
@@ -227,7 +229,8 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
     }
     draft = "+".join(pair.draft_name(d) for d in pair.drafters) or "none"
     result: dict = {"text": gen.text, "target": str(pair.target_path), "draft": draft, "stats": stats,
-                    "devices": [d.as_dict() for d in pair.devices]}
+                    "devices": [d.as_dict() for d in pair.devices],
+                    "remembered_rounds": pair.remembered_rounds}
     bound = _bound(gen, baseline)
     if bound is not None:
         result["bound"] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(bound).items()}
@@ -274,6 +277,9 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
         ("time: draft / verify / python", f"{s.draft_s:.2f} / {s.verify_s:.2f} / {s.overhead_s:.2f} s",
          f"- / {baseline.stats.verify_s:.2f} / {baseline.stats.overhead_s:.2f} s" if baseline else None),
     ]
+    if pair.drafters:  # where the controller started (ggufspec.remember)
+        rows.append(("controller learnt before", f"{pair.remembered_rounds} rounds" if pair.remembered_rounds
+                     else "nothing (fresh)", "" if baseline else None))
     if bound is not None:
         v = "?" if bound.verify is None else f"{bound.verify:.2f}"
         # what the theory allows at the costs this run measured (--json: "bound"; docs/BENCH.md)

@@ -37,7 +37,7 @@ import os
 import socket
 import sys
 
-from ggufspec.commands import add_draft_kv_argument, add_model_arguments, add_rpc_argument
+from ggufspec.commands import add_draft_kv_argument, add_model_arguments, add_remember_argument, add_rpc_argument
 from ggufspec.commands.speculation_args import add_speculation_arguments, speculative_settings
 from ggufspec.errors import UserError
 
@@ -60,6 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("runtime")
     add_rpc_argument(r)
     add_draft_kv_argument(r)
+    add_remember_argument(r)
     r.add_argument("--ctx", type=int, default=4096, metavar="N", help="context size in tokens (default 4096)")
     r.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads (default: physical cores)")
     r.add_argument("--llama-log", action="store_true", help="show llama.cpp's own log")
@@ -110,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     if args.api_key is not None and not args.api_key.strip():
         raise UserError("--api-key is empty; give a key or leave it out")
     settings = PairSettings(context=ContextSettings(n_ctx=args.ctx, n_threads=args.threads), offline=args.offline,
-                            rpc=(args.rpc,) if args.rpc else (), parallel=args.parallel, draft_kv=args.draft_kv)
+                            rpc=(args.rpc,) if args.rpc else (), parallel=args.parallel, draft_kv=args.draft_kv,
+                            remember=args.remember)
     # the server's speculation settings; a request may change draft_max, draft_min, fixed, always_draft, accept
     speculative = speculative_settings(args)
     if speculative.accept is AcceptRule.GREEDY:  # requests sample by default (OpenAI's temperature 1)

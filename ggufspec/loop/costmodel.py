@@ -89,6 +89,12 @@ class CostModel:
                 self._observe(r)
             assert self.round == now, (self.round, now)
 
+    def __getstate__(self) -> dict[str, object]:
+        """The estimates as a pickle keeps them (ggufspec.remember): the held rounds observed
+        first (the state they lead to, not the queue), this state's memo left out."""
+        self.replay()
+        return {**vars(self), "_memo": {}}
+
     def _observe(self, r: Round) -> None:
         raise NotImplementedError  # ggufspec.loop.control.DraftController
 

@@ -258,6 +258,8 @@ def create_app(
             yield
         finally:
             await run_in_threadpool(worker.stop)
+            if worker.lost is None:  # (a lost pair's generation is stuck mid-round in llama.cpp)
+                await run_in_threadpool(pair.save_controller)  # what it learnt, for the next run (--remember)
 
     app = FastAPI(title="ggufspec", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.server = state

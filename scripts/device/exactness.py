@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from ggufspec import ModelDrafter, SamplingSettings, SpeculativeSettings, load_pair
-from ggufspec.bench.atomic import write_atomic
+from ggufspec.atomic import write_atomic
 from ggufspec.bench.prompts import load_prompts
 
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ggufspec.bench.atomic import write_atomic
+from ggufspec.atomic import write_atomic
 
 
 def one(pair: str, prompt: str, n: int, extra: list[str]) -> dict:

@@ -1,5 +1,6 @@
-"""Files that land whole: the bench's reports and plots are written to a temporary file beside
-the destination, then renamed over it, so a reader never sees half a file."""
+"""Files that land whole: the bench's reports and plots, and the controller's remembered state
+(ggufspec.remember), are written to a temporary file beside the destination, then renamed over
+it, so a reader never sees half a file."""
 
 from __future__ import annotations
 

@@ -1,0 +1,123 @@
+"""What the draft controller learnt on this machine, kept between runs (`remember`, --remember).
+
+A pair's controller learns what each source costs and how often its drafts are kept, and is kept
+across the pair's generations (ggufspec.loop.control). A process that generates once, as
+`ggufspec run` does, met it fresh every time: its first rounds measure what an earlier run had
+measured already (a draft model that cannot pay here is tried, its prompt prefilled, its first K
+probed), and on a quantized target on two CPU cores that costs the first generation 2-5% against
+the target alone (docs/bench/remember-2026-11-29). With `PairSettings.remember` the pair's
+controller is read when the pair loads and written back when it closes, so a run starts where the
+last one on the same pair and machine stopped, as the next generation of one process would.
+
+The file is named by a hash of what changes what the controller measures: the model files (path,
+size, modification time), the drafters in order, the load, context and lookup settings, the
+controller's settings, the host (name, CPU, core count, llama.cpp's devices), the versions
+(Python, llama-cpp-python, ggufspec) and the controller's code (the sources of ggufspec.loop).
+Any change meets a fresh controller, under another name; the state directory is
+ggufspec.paths.state_dir.
+
+Format: a pickle of {"identity": ..., "controller": DraftController}. Pickle, not JSON: the
+controller's state is ~40 attributes over 8 classes (windows of timing samples stamped with round
+numbers, discounted counts, the exploration's schedule), and a JSON codec would be a second
+description of each, kept in step by hand; the code hash in the name retires a file whenever
+those classes change. Unpickling runs what the file's writer chose, so this reads only the user's
+own state directory, which no one else writes (the trust ggufspec already gives its cache
+directory, whose kernel overlays are shared libraries it loads). A file that does not load (cut
+short, another format, not ours) is ignored: the controller starts fresh and replaces it at close.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pickle
+import platform
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import ggufspec.loop
+from ggufspec.atomic import write_atomic
+from ggufspec.hardware import cpu_model
+from ggufspec.loop.control import DraftController
+from ggufspec.loop.controlsettings import ControlSettings
+from ggufspec.paths import state_dir
+from ggufspec.settings import PairSettings
+
+FORMAT = 1
+
+
+@functools.cache
+def code_digest() -> str:
+    """A hash of the controller's code: every source file of ggufspec.loop."""
+    h = hashlib.sha256()
+    for path in sorted(Path(ggufspec.loop.__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _file(path: Path) -> list[Any]:
+    st = path.stat()
+    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+
+def identity(*, target: Path, drafts: Sequence[Path | None], settings: PairSettings, control: ControlSettings,
+             devices: Sequence[Any] = (), llama_version: str | None = None) -> dict[str, Any]:
+    """What a remembered controller must have been learnt on (module docstring); `drafts`: each
+    drafter's file in order, None for prompt lookup; `devices`: llama.cpp's (ggufspec.hardware.Device)."""
+    return {
+        "format": FORMAT,
+        "target": _file(target),
+        "drafts": [_file(p) if p is not None else "lookup" for p in drafts],
+        "settings": repr(replace(settings, offline=False, remember=False)),
+        "control": repr(control),
+        "host": [platform.node(), platform.machine(), cpu_model(), os.cpu_count()],
+        "devices": [f"{d.name} {d.description} {d.total_bytes}" for d in devices],
+        "versions": [platform.python_version(), llama_version, _version()],
+        "code": code_digest(),
+    }
+
+
+def _version() -> str | None:
+    try:
+        return metadata.version("ggufspec")
+    except metadata.PackageNotFoundError:  # (run from a source tree never installed)
+        return None
+
+
+def state_path(ident: dict[str, Any]) -> Path:
+    """The file of the controller learnt on `ident`."""
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
+    return state_dir() / "controller" / f"{digest}.pickle"
+
+
+def load(ident: dict[str, Any]) -> DraftController | None:
+    """The controller remembered for `ident`, or None (never run so, or a file that does not load)."""
+    try:
+        data = pickle.loads(state_path(ident).read_bytes())
+    except Exception:  # (missing, unreadable, cut short, another version's classes: start fresh)
+        return None
+    if not isinstance(data, dict) or data.get("identity") != ident:
+        return None
+    controller = data.get("controller")
+    ok = isinstance(controller, DraftController) and controller.timed and repr(controller.settings) == ident["control"]
+    return controller if ok else None
+
+
+def save(ident: dict[str, Any], controller: DraftController) -> Path | None:
+    """Write `controller` for `ident`, atomically; a directory that cannot be written is said in one
+    line on stderr (the run goes on: nothing but the head start is lost). Returns the file."""
+    path = state_path(ident)
+    try:
+        blob = pickle.dumps({"identity": ident, "controller": controller}, protocol=pickle.HIGHEST_PROTOCOL)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write_atomic(path, blob)
+    except OSError as e:
+        sys.stderr.write(f"ggufspec: could not keep what the draft controller learnt in {path.parent} "
+                         f"({e.strerror or e}); set GGUFSPEC_STATE to a writable folder, or give --no-remember\n")
+        return None
