@@ -24,6 +24,8 @@ those classes change. Unpickling runs what the file's writer chose, so this read
 own state directory, which no one else writes (the trust ggufspec already gives its cache
 directory, whose kernel overlays are shared libraries it loads). A file that does not load (cut
 short, another format, not ours) is ignored: the controller starts fresh and replaces it at close.
+A pair left by an exception (a Ctrl-C may land inside the controller's bookkeeping) writes
+nothing: the next run starts from the last clean run's state.
 """
 
 from __future__ import annotations

@@ -325,6 +325,8 @@ class SpeculativePair:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:  # (a Ctrl-C or an error may have cut the controller short mid-update:
+            self._remember = None  # the next run starts from the last clean state, not from that)
         self.close()
 
 

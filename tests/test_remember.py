@@ -166,7 +166,14 @@ def test_the_library_remembers_only_when_asked(tiny_target_q8: Path, tiny_draft_
     assert one_run(False)[0] == 0 and not state.exists()  # the library's default: nothing kept
     before, after = one_run(True)
     assert before == 0 and after > 0 and len(list((state / "controller").iterdir())) == 1
-    assert one_run(True)[0] == after
+    before, kept = one_run(True)
+    assert before == after
+    with pytest.raises(KeyboardInterrupt):  # a run cut short keeps nothing of it
+        with load_pair(target=tiny_target_q8, draft=str(tiny_draft_q8), settings=replace(settings, remember=True)) as pair:
+            pair.generate(prompt="Once upon", max_tokens=16).run()
+            assert pair.controller.round > kept
+            raise KeyboardInterrupt
+    assert one_run(True)[0] == kept
 
 
 def test_serve_keeps_what_it_learnt_when_it_stops(tiny_target_q8: Path, tiny_draft_q8: Path, tmp_path: Path) -> None:
