@@ -41,5 +41,5 @@ def rows(d: str) -> None:
                   f"{statistics.median(firsts[arm]):.3f} [{min(firsts[arm]):.3f}-{max(firsts[arm]):.3f}]")
 
 
-for d in ("nopay", "as1b", "f32", "f32prompts"):
+for d in ("nopay", "as1b", "f32", "f32prompts", "primeonly"):
     rows(d)
