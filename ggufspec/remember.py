@@ -10,8 +10,9 @@ controller is read when the pair loads and written back when it closes, so a run
 last one on the same pair and machine stopped, as the next generation of one process would.
 
 The file is named by a hash of what changes what the controller measures: the model files (path,
-size, modification time), the drafters in order, the load, context and lookup settings, the
-controller's settings, the host (name, CPU, core count, llama.cpp's devices), the versions
+size, modification time), the drafters in order, the load, context and lookup settings and the
+layers each device took, the controller's settings, the host (name, CPU, core count, llama.cpp's
+devices), the versions
 (Python, llama-cpp-python, ggufspec) and the controller's code (the sources of ggufspec.loop).
 Any change meets a fresh controller, under another name; the state directory is
 ggufspec.paths.state_dir.
@@ -69,9 +70,12 @@ def _file(path: Path) -> list[Any]:
 
 
 def identity(*, target: Path, drafts: Sequence[Path | None], settings: PairSettings, control: ControlSettings,
-             devices: Sequence[Any] = (), llama_version: str | None = None) -> dict[str, Any]:
+             devices: Sequence[Any] = (), placement: Sequence[Any] = (),
+             llama_version: str | None = None) -> dict[str, Any]:
     """What a remembered controller must have been learnt on (module docstring); `drafts`: each
-    drafter's file in order, None for prompt lookup; `devices`: llama.cpp's (ggufspec.hardware.Device)."""
+    drafter's file in order, None for prompt lookup; `devices`: llama.cpp's (ggufspec.hardware.Device);
+    `placement`: each device's layers of the two models as loaded (ggufspec.plan.split.DeviceLayers:
+    --ngl auto's choice, which free memory decides)."""
     return {
         "format": FORMAT,
         "target": _file(target),
@@ -80,6 +84,7 @@ def identity(*, target: Path, drafts: Sequence[Path | None], settings: PairSetti
         "control": repr(control),
         "host": [platform.node(), platform.machine(), cpu_model(), os.cpu_count()],
         "devices": [f"{d.name} {d.description} {d.total_bytes}" for d in devices],
+        "placement": [f"{p.name} {p.target_layers} {p.draft_layers}" for p in placement],
         "versions": [platform.python_version(), llama_version, _version()],
         "code": code_digest(),
     }

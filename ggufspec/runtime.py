@@ -373,13 +373,14 @@ def load_pair(
         target_model.close()
         raise
     control = pairload.control_settings(target_load, model_devices, settings)
-    ident, controller = _remembered(target_path, draft_paths, settings, control, model_devices)
+    placement = pairload.layers_per_device(target_info, target_load, draft_path, draft_load, model_devices)
+    ident, controller = _remembered(target_path, draft_paths, settings, control, model_devices, placement)
     pair = SpeculativePair(
         target_path=target_path, target_model=target_model, target_ctx=target_ctx, target_info=target_info,
         settings=settings,
         inexact_greedy=greedy_exactness(target_info, on_gpu=on_gpu, cache_type=ctx_settings.cache_type_k,
                                         invariant_kernels=batch_invariant_kernels()),
-        devices=pairload.layers_per_device(target_info, target_load, draft_path, draft_load, model_devices),
+        devices=placement,
         controller=controller or DraftController(settings=control),
         _llama_lock=lock, _remember=ident, remembered_rounds=controller.round if controller is not None else 0,
     )
@@ -401,12 +402,14 @@ def load_pair(
     return pair
 
 
-def _remembered(target: Path, drafts: Sequence[Path | None], settings: PairSettings, control: Any,
-                devices: Sequence[Any]) -> tuple[dict[str, Any] | None, DraftController | None]:
+def _remembered(
+    target: Path, drafts: Sequence[Path | None], settings: PairSettings, control: Any, devices: Sequence[Any],
+    placement: Sequence[DeviceLayers],
+) -> tuple[dict[str, Any] | None, DraftController | None]:
     """With settings.remember: (what the pair's controller is learnt on, the controller earlier runs
     left for it, None if none: ggufspec.remember); else (None, None)."""
     if not settings.remember:
         return None, None
     ident = remember.identity(target=target, drafts=drafts, settings=settings, control=control, devices=devices,
-                              llama_version=installed_version())
+                              placement=placement, llama_version=installed_version())
     return ident, remember.load(ident)

@@ -18,6 +18,7 @@ import pytest
 from ggufspec import remember
 from ggufspec.loop.control import ControlSettings, DraftController
 from ggufspec.loop.rounds import Candidate, Round
+from ggufspec.plan.split import DeviceLayers
 from ggufspec.settings import ContextSettings, PairSettings
 from test_control import A, run_prompt
 
@@ -78,6 +79,8 @@ def test_one_file_per_pair_settings_and_code(tmp_path: Path) -> None:
         _ident(tmp_path, settings=PairSettings(remember=True, context=ContextSettings(n_threads=1))),
         _ident(tmp_path, control=ControlSettings(switch_cost=True)),
         _ident(tmp_path, llama_version="0.3.37"),
+        _ident(tmp_path, placement=[DeviceLayers(name="CUDA0", kind="gpu", target_layers=30, draft_layers=31),
+                                    DeviceLayers(name="CPU", kind="cpu", target_layers=1, draft_layers=0)]),
     ]
     os.utime(tmp_path / "t.gguf", ns=(1, 1))  # the target file rewritten
     others.append(_ident(tmp_path))
