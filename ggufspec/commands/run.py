@@ -28,8 +28,8 @@ from dataclasses import asdict
 
 from ggufspec.commands import (
     add_draft_kv_argument,
-    add_remember_argument,
     add_model_arguments,
+    add_remember_argument,
     add_rpc_argument,
     add_sampling_arguments,
     pair_settings,

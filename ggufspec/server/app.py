@@ -258,8 +258,10 @@ def create_app(
             yield
         finally:
             await run_in_threadpool(worker.stop)
-            if worker.lost is None:  # (a lost pair's generation is stuck mid-round in llama.cpp)
-                await run_in_threadpool(pair.save_controller)  # what it learnt, for the next run (--remember)
+            # what the controller learnt, for the next run (--remember): only once no generation runs
+            # (a lost pair's is stuck mid-round in llama.cpp; one past stop's timeout may be mid-update)
+            if worker.stopped and worker.lost is None:
+                await run_in_threadpool(pair.save_controller)
 
     app = FastAPI(title="ggufspec", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.server = state

@@ -55,6 +55,11 @@ class SlotWorker:
         return all(t.is_alive() for t in self._threads) and self.lost is None
 
     @property
+    def stopped(self) -> bool:
+        """No generation runs any more (after `stop`: every slot's thread has ended)."""
+        return not any(t.is_alive() for t in self._threads)
+
+    @property
     def busy(self) -> bool:
         return self.busy_slots() > 0
 

@@ -87,6 +87,11 @@ class Worker:
     def alive(self) -> bool:
         return self._thread.is_alive() and self.lost is None
 
+    @property
+    def stopped(self) -> bool:
+        """No generation runs any more (after `stop`: the thread has ended)."""
+        return not self._thread.is_alive()
+
     def fail(self, reason: str) -> None:
         """The pair is lost (an RPC worker died mid-generation; this thread is stuck in llama.cpp
         for good): fail the running and waiting requests with 503; later ones get 503 too."""
