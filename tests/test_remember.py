@@ -179,7 +179,9 @@ def test_the_library_remembers_only_when_asked(tiny_target_q8: Path, tiny_draft_
     assert one_run(True)[0] == kept
 
 
-def test_serve_keeps_what_it_learnt_when_it_stops(tiny_target_q8: Path, tiny_draft_q8: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_serve_keeps_what_it_learnt_when_it_stops(tiny_target_q8: Path, tiny_draft_q8: Path, tmp_path: Path,
+                                                  parallel: int) -> None:
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("fastapi")
     import signal
@@ -188,7 +190,7 @@ def test_serve_keeps_what_it_learnt_when_it_stops(tiny_target_q8: Path, tiny_dra
 
     state = Path(os.environ["GGUFSPEC_STATE"]) / "controller"
     srv = web_serve.start(["--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "--threads", "1",
-                           "--ctx", "256"], log=tmp_path / "serve.log", timeout_s=120)
+                           "--ctx", "256", "--parallel", str(parallel)], log=tmp_path / "serve.log", timeout_s=120)
     try:
         r = httpx.post(f"{srv.url}/v1/completions", json={"prompt": "Once upon", "max_tokens": 24, "temperature": 0},
                        timeout=60)
