@@ -172,8 +172,9 @@ measure() {
   # layer on the GPU; the default pair's regime with one thread tells whether they slow our Python
   step threads1-default 120 "$(regime threads1-default default "$lim") --threads 1"
   # a user's one-shot run: a fresh process and controller each (rule probe_b; the fourth run's first
-  # generation under a fresh controller ran K = 1 in 59 of 65 rounds, docs/bench/controller.md)
-  step "firstgen-$big" 150 "\$PY scripts/device/firstgen.py --pair $pair --runs 2 -n $n --out $W/firstgen-$big.json"
+  # generation under a fresh controller ran K = 1 in 59 of 65 rounds, docs/bench/controller.md), and
+  # remembering (the second run starts from the first's controller: ggufspec.remember)
+  step "firstgen-$big" 200 "\$PY scripts/device/firstgen.py --pair $pair --runs 2 -n $n --out $W/firstgen-$big.json"
   if [[ -x "$LLAMA_SERVER" ]]; then
     step serve 200 "\$PY scripts/serve_compare.py --pair $pair --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats $sr --limit 2 --always-draft --out $W/serve_$big --startup-timeout 120
                     \$PY scripts/serve_compare.py --llama-server $LLAMA_SERVER --tokens $tokens --clients 1 4 --repeats 1 --limit 2 --out $W/serve_default --startup-timeout 60"
