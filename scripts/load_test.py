@@ -152,7 +152,8 @@ def pct(values: list[float], q: float) -> float:
 
 def start_server(args: argparse.Namespace, log: Path) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "ggufspec.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-           "--queue", str(args.queue), "--ctx", str(args.ctx), "--log-level", "warning"]
+           "--queue", str(args.queue), "--ctx", str(args.ctx), "--log-level", "warning",
+           "--no-remember"]  # (every run from a fresh controller, as the figures were taken)
     for flag, value in (("--target", args.target), ("--draft", args.draft), ("--threads", args.threads),
                         ("--api-key", args.api_key)):
         if value is not None:

@@ -98,7 +98,7 @@ def _servers(args, target: Path, draft: Path, exe: Path, cache_type: str) -> lis
     ours = Server("ggufspec", [sys.executable, "-m", "ggufspec.cli", "serve", "--target", str(target), "--draft",
                                str(draft), "--host", "127.0.0.1", "--port", "0", "--ctx", str(args.ctx),
                                "--parallel", str(slots), "--queue", str(2 * slots), "--log-level", "warning",
-                               *threads])
+                               "--no-remember", *threads])  # (a new user's server: a fresh controller every run)
     common = ["-m", str(target), "--host", "127.0.0.1", "-c", str(args.ctx * slots), "-np", str(slots),
               "-fa", "on", "-ctk", cache_type, "-ctv", cache_type, "--no-webui"]
     if not repack():  # ours repacks weights only where llama.cpp's AMX matmul cannot crash: the same here

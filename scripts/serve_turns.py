@@ -86,7 +86,7 @@ def main() -> int:
     args = p.parse_args()
 
     cmd = [sys.executable, "-m", "ggufspec.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--ctx", str(args.ctx),
-           "--log-level", "warning"]
+           "--log-level", "warning", "--no-remember"]  # (every run from a fresh controller)
     for flag in ("target", "draft", "pair", "threads"):
         if getattr(args, flag) is not None:
             cmd += [f"--{flag}", str(getattr(args, flag))]
