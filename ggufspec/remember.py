@@ -21,9 +21,9 @@ Format: a pickle of {"identity": ..., "controller": DraftController}. Pickle, no
 controller's state is ~40 attributes over 8 classes (windows of timing samples stamped with round
 numbers, discounted counts, the exploration's schedule), and a JSON codec would be a second
 description of each, kept in step by hand; the code hash in the name retires a file whenever
-those classes change. Unpickling runs what the file's writer chose, so this reads only the user's
-own state directory, which no one else writes (the trust ggufspec already gives its cache
-directory, whose kernel overlays are shared libraries it loads). A file that does not load (cut
+those classes change. Unpickling runs what the file's writer chose, so this reads only files the
+user owns, in their own state directory (the trust ggufspec already gives its cache directory,
+whose kernel overlays are shared libraries it loads); a file another user owns is ignored. A file that does not load (cut
 short, another format, not ours) is ignored: the controller starts fresh and replaces it at close.
 A pair left by an exception (a Ctrl-C may land inside the controller's bookkeeping) writes
 nothing: the next run starts from the last clean run's state.
@@ -105,8 +105,11 @@ def state_path(ident: dict[str, Any]) -> Path:
 
 def load(ident: dict[str, Any]) -> DraftController | None:
     """The controller remembered for `ident`, or None (never run so, or a file that does not load)."""
+    path = state_path(ident)
     try:
-        data = pickle.loads(state_path(ident).read_bytes())
+        if hasattr(os, "getuid") and path.stat().st_uid != os.getuid():
+            return None  # (another user's file: unpickling it would run what they chose)
+        data = pickle.loads(path.read_bytes())
     except Exception:  # (missing, unreadable, cut short, another version's classes: start fresh)
         return None
     if not isinstance(data, dict) or data.get("identity") != ident:

@@ -112,6 +112,14 @@ def test_a_file_that_does_not_load_means_a_fresh_start(tmp_path: Path, blob: byt
     assert remember.load(ident) is None
 
 
+def test_a_file_another_user_owns_is_not_read(tmp_path: Path, monkeypatch) -> None:
+    ident = _ident(tmp_path)
+    remember.save(ident, _taught(prompts=1))
+    assert remember.load(ident) is not None
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(remember.state_path(ident)).st_uid + 1)
+    assert remember.load(ident) is None
+
+
 def test_a_controller_of_other_settings_is_not_taken(tmp_path: Path) -> None:
     ident = _ident(tmp_path)
     remember.save(ident, DraftController(settings=ControlSettings(switch_cost=True)))
