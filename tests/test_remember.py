@@ -212,5 +212,11 @@ def test_serve_keeps_what_it_learnt_when_it_stops(tiny_target_q8: Path, tiny_dra
             srv.proc.wait()
     files = list(state.iterdir())
     assert len(files) == 1, srv.log.read_text()[-2000:]
+    assert "earlier runs" not in srv.log.read_text()  # (a fresh controller: the start line says nothing)
     data = pickle.loads(files[0].read_bytes())
     assert data["identity"]["drafts"][0][0] == str(tiny_draft_q8.resolve()) and data["controller"].round > 0
+    again = web_serve.start(["--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "--threads", "1",
+                             "--ctx", "256", "--parallel", str(parallel)], log=tmp_path / "serve2.log", timeout_s=120)
+    again.proc.send_signal(signal.SIGTERM)
+    again.proc.wait(timeout=30)
+    assert f"the controller from {data['controller'].round} rounds of earlier runs" in again.log.read_text()

@@ -131,9 +131,10 @@ def run(args: argparse.Namespace) -> int:
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         err = sys.stderr
+        learnt = f", the controller from {pair.remembered_rounds} rounds of earlier runs" if pair.remembered_rounds else ""
         err.write(
             f"ggufspec serve: {name} (target {info.target_file}, draft {info.draft_name})"
-            + (f", {args.parallel} slots\n" if args.parallel > 1 else "\n") +
+            + (f", {args.parallel} slots" if args.parallel > 1 else "") + learnt + "\n" +
             f"ggufspec serve: listening on http://{shown}:{port}/v1\n"
         )
         if host not in ("127.0.0.1", "::1", "localhost") and args.api_key is None:
