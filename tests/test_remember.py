@@ -220,3 +220,15 @@ def test_serve_keeps_what_it_learnt_when_it_stops(tiny_target_q8: Path, tiny_dra
     again.proc.send_signal(signal.SIGTERM)
     again.proc.wait(timeout=30)
     assert f"the controller from {data['controller'].round} rounds of earlier runs" in again.log.read_text()
+
+
+def test_chat_starts_from_what_the_last_chat_learnt(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
+    def chat() -> str:
+        proc = subprocess.run([sys.executable, "-m", "ggufspec.cli", "chat", "--target", str(tiny_target_q8),
+                               "--draft", str(tiny_draft_q8), "--threads", "1", "--ctx", "256", "-n", "16"],
+                              input="Hello\n", capture_output=True, text=True, timeout=300, env=dict(os.environ))
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout + proc.stderr
+
+    assert "earlier runs" not in chat()
+    assert "rounds of earlier runs" in chat()

@@ -69,8 +69,10 @@ class Console:
     # ---- the loop ----------------------------------------------------------------------------
 
     def banner(self) -> None:
+        learnt = self.pair.remembered_rounds  # (the controller kept between runs: ggufspec.remember)
         self.note(f"target {self.pair.target_path.name}, draft {self.draft_name}; {self.settings.describe()}; "
-                  "/help lists the commands")
+                  + (f"the controller from {learnt} rounds of earlier runs; " if learnt else "")
+                  + "/help lists the commands")
 
     def run(self, reader: LineReader) -> int:
         """Read and handle lines until Ctrl-D, the end of the pipe or /quit."""
