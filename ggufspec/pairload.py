@@ -14,6 +14,7 @@ from ggufspec.hardware import offload_devices
 from ggufspec.llama import stall
 from ggufspec.loop.controlsettings import ControlSettings
 from ggufspec.loop.kvshare import shared_kv_refusal
+from ggufspec.models.vocab import check_vocab
 from ggufspec.plan import plan_for_load
 from ggufspec.plan.fit import ContextNeed, check_context_fits
 from ggufspec.plan.split import DeviceLayers, device_layers, effective_split, layer_devices
@@ -24,6 +25,18 @@ from ggufspec.settings import ContextSettings, ModelSettings, PairSettings
 def _layer_count(value: int | str) -> int:
     """--ngl/--ngld as llama.cpp's n_gpu_layers ("all": -1)."""
     return -1 if value == "all" else int(value)
+
+
+def read_infos(target: Path, drafts: Sequence[Path | None]) -> tuple[ModelInfo, dict[Path, ModelInfo]]:
+    """Every file read and checked before any loads (a clear error for a non-GGUF or truncated file,
+    or a draft whose vocabulary differs): the target's `ModelInfo` and each draft model's by path."""
+    target_info = read_model_info(target)
+    draft_infos: dict[Path, ModelInfo] = {}
+    for path in drafts:
+        if path is not None:
+            draft_infos[path] = read_model_info(path)
+            check_vocab(target, path)
+    return target_info, draft_infos
 
 
 def model_settings(target: Path, draft: Path | None, settings: PairSettings, *,

@@ -39,7 +39,7 @@ import pickle
 import platform
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from typing import Any
 import ggufspec.loop
 from ggufspec.atomic import write_atomic
 from ggufspec.hardware import cpu_model
+from ggufspec.llama.kernels import installed_version
 from ggufspec.loop.control import DraftController
 from ggufspec.loop.controlsettings import ControlSettings
 from ggufspec.paths import state_dir
@@ -131,3 +132,33 @@ def save(ident: dict[str, Any], controller: DraftController) -> Path | None:
         sys.stderr.write(f"ggufspec: could not keep what the draft controller learnt in {path.parent} "
                          f"({e.strerror or e}); set GGUFSPEC_STATE to a writable folder, or give --no-remember\n")
         return None
+
+
+@dataclass
+class Kept:
+    """A pair's controller with what it was learnt on (`identity`): read by `recall`, written back
+    by `save`. `loaded`: the rounds it had observed when read (0: it started fresh); `saved`: when
+    last written (or read)."""
+
+    identity: dict[str, Any]
+    controller: DraftController
+    loaded: int
+    saved: int
+
+    def save(self) -> None:
+        """Write the controller if it learnt anything since it was read or last written."""
+        if self.controller.round > self.saved:
+            save(self.identity, self.controller)
+            self.saved = self.controller.round
+
+
+def recall(*, target: Path, drafts: Sequence[Path | None], settings: PairSettings, control: ControlSettings,
+           devices: Sequence[Any] = (), placement: Sequence[Any] = ()) -> Kept:
+    """The controller earlier runs left for this pair and machine (`identity`'s arguments), or a
+    fresh one of settings `control`, to be written back with `Kept.save`."""
+    ident = identity(target=target, drafts=drafts, settings=settings, control=control, devices=devices,
+                     placement=placement, llama_version=installed_version())
+    controller = load(ident)
+    rounds = controller.round if controller is not None else 0
+    return Kept(ident, controller or DraftController(settings=control), rounds, rounds)
+

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 from ggufspec import pairload, remember
 from ggufspec.errors import UserError
 from ggufspec.ggufinfo import ModelInfo, read_model_info
-from ggufspec.llama.kernels import installed_version
 from ggufspec.loop.control import DraftController
 from ggufspec.loop.drafters import Drafter
 from ggufspec.loop.model_drafter import ModelDrafter
@@ -76,10 +75,8 @@ class SpeculativePair:
     _slots: list[Slot] | None = field(default=None, repr=False)
     # contexts made by `fork`, closed with the pair (before the models they run on)
     _forks: list[Any] = field(default_factory=list, repr=False)
-    # settings.remember: what the controller was learnt on (ggufspec.remember), written back at close
-    _remember: dict[str, Any] | None = field(default=None, repr=False)
-    # rounds the controller had observed in earlier runs when the pair loaded (0: it started fresh)
-    remembered_rounds: int = 0
+    # settings.remember: the controller as earlier runs left it, written back at close (ggufspec.remember)
+    _kept: remember.Kept | None = field(default=None, repr=False)
 
     def draft_name(self, drafter: Drafter | None) -> str:
         """"none", "lookup" or the draft model's path."""
@@ -300,13 +297,17 @@ class SpeculativePair:
         drafters += [d for d in self.drafters if all(d is not e for e in drafters)]
         return drafters
 
+    @property
+    def remembered_rounds(self) -> int:
+        """Rounds the controller had observed in earlier runs when the pair loaded (0: fresh)."""
+        return self._kept.loaded if self._kept is not None else 0
+
     def save_controller(self) -> None:
         """With settings.remember, write what the controller learnt since the pair loaded for the
         next run (ggufspec.remember; `close` does, and `serve` once its generations have stopped:
         a SIGTERM ends the process before the pair closes). Nothing new learnt: the file stands."""
-        if self._remember is not None and self.controller.round > self.remembered_rounds:
-            remember.save(self._remember, self.controller)
-            self.remembered_rounds = self.controller.round
+        if self._kept is not None:
+            self._kept.save()
 
     def close(self) -> None:
         self.save_controller()
@@ -326,7 +327,7 @@ class SpeculativePair:
 
     def __exit__(self, *exc: object) -> None:
         if exc[0] is not None:  # (a Ctrl-C or an error may have cut the controller short mid-update:
-            self._remember = None  # the next run starts from the last clean state, not from that)
+            self._kept = None  # the next run starts from the last clean state, not from that)
         self.close()
 
 
@@ -352,14 +353,7 @@ def load_pair(
     target_path = resolve_path(refs.target, offline=settings.offline)
     draft_paths = [None if ref == LOOKUP else resolve_path(ref, offline=settings.offline) for ref in refs.drafts]
     draft_path = next((p for p in draft_paths if p is not None), None)
-    # Validate every file before loading any: clear errors for non-GGUF / truncated / vocab.
-    target_info = read_model_info(target_path)
-    draft_infos: dict[Path, ModelInfo] = {}
-    for path in draft_paths:
-        if path is not None:
-            draft_infos[path] = read_model_info(path)
-            check_vocab(target_path, path)
-
+    target_info, draft_infos = pairload.read_infos(target_path, draft_paths)  # every file checked before any loads
     target_load, draft_load = pairload.model_settings(target_path, draft_path, settings)
     model_devices = pairload.load_devices()  # free memory before loading: llama.cpp's default split
     on_gpu = pairload.runs_on_gpu(target_load, model_devices)
@@ -374,15 +368,16 @@ def load_pair(
         raise
     control = pairload.control_settings(target_load, model_devices, settings)
     placement = pairload.layers_per_device(target_info, target_load, draft_path, draft_load, model_devices)
-    ident, controller = _remembered(target_path, draft_paths, settings, control, model_devices, placement)
+    kept = (remember.recall(target=target_path, drafts=draft_paths, settings=settings, control=control,
+                            devices=model_devices, placement=placement) if settings.remember else None)
     pair = SpeculativePair(
         target_path=target_path, target_model=target_model, target_ctx=target_ctx, target_info=target_info,
         settings=settings,
         inexact_greedy=greedy_exactness(target_info, on_gpu=on_gpu, cache_type=ctx_settings.cache_type_k,
                                         invariant_kernels=batch_invariant_kernels()),
         devices=placement,
-        controller=controller or DraftController(settings=control),
-        _llama_lock=lock, _remember=ident, remembered_rounds=controller.round if controller is not None else 0,
+        controller=kept.controller if kept is not None else DraftController(settings=control),
+        _llama_lock=lock, _kept=kept,
     )
     try:
         # every draft file was checked above: load them without reading them again
@@ -400,16 +395,3 @@ def load_pair(
         raise
     pairload.watch_workers(settings)
     return pair
-
-
-def _remembered(
-    target: Path, drafts: Sequence[Path | None], settings: PairSettings, control: Any, devices: Sequence[Any],
-    placement: Sequence[DeviceLayers],
-) -> tuple[dict[str, Any] | None, DraftController | None]:
-    """With settings.remember: (what the pair's controller is learnt on, the controller earlier runs
-    left for it, None if none: ggufspec.remember); else (None, None)."""
-    if not settings.remember:
-        return None, None
-    ident = remember.identity(target=target, drafts=drafts, settings=settings, control=control, devices=devices,
-                              placement=placement, llama_version=installed_version())
-    return ident, remember.load(ident)
