@@ -37,7 +37,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trace_sim import Costs, Policy, alone_seconds, load_profile, simulate_prompt  # noqa: E402
+from trace_sim import Policy, alone_seconds, costs_for, simulate_prompt  # noqa: E402
 
 from ggufspec.loop.control import DraftController  # noqa: E402
 
@@ -70,8 +70,7 @@ def main() -> None:
         sys.exit("error: give one of --profile NAME and --bench FILE")
     if args.bench is not None and not args.bench.is_file():
         sys.exit(f"error: {args.bench} does not exist")
-    costs = (Costs.from_profile(load_profile(args.profile)) if args.profile
-             else Costs(json.loads(args.bench.read_text())["micro"]))
+    costs = costs_for(args.bench, profile=args.profile)
     policies = [Policy.parse(p) for p in args.policies]
     if policies[0].kind == "fixed":
         sys.exit("error: the first policy is the one judged; give a controlled one (default, model or always)")

@@ -672,7 +672,7 @@ class TraceDrafter:
             paused = self.sim.verifies - max(self._round, 0) > PAUSE_ROUNDS
             self._round, self._start, first = self.sim.verifies, n, self.costs.f
             first += self.costs.pause_extra if paused else 0.0
-            behind = len(history) - common_prefix(self.cache, history) if self.own else 0
+            behind = self.backlog(history)
         else:  # later in the same round (after a check's first token): its own chain, one more step
             first, behind = self.costs.b, 0
         at, j = self._start - r.prompt_len, n - self._start  # the round's chain, and how far along it
@@ -851,27 +851,31 @@ def regime_rows(traces: dict[str, Any], speedups: dict[tuple[Policy, str], list[
     return rows
 
 
+def costs_for(bench: Path | None, *, profile: str | None = None, loop_costs: bool = False) -> Costs:
+    """What a replayed round costs: a profile's numbers, or the bench's (`loop_costs`: its runs'
+    timings of each fixed K, runs.csv beside it; else its micro block)."""
+    if profile is not None:
+        return Costs.from_profile(load_profile(profile))
+    assert bench is not None
+    if not loop_costs:
+        return Costs(json.loads(bench.read_text())["micro"])
+    runs = bench.parent / "runs.csv"
+    if not runs.is_file():
+        sys.exit(f"error: {runs} does not exist; --loop-costs reads the bench's runs")
+    with runs.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    # the draft of the fixed-K configurations ("Q4_1 K=8"): a bench without a micro block
+    # (bench --regimes) names it only there
+    drafts = sorted({r["config"].rsplit(" K=", 1)[0] for r in rows if " K=" in r["config"]})
+    if not drafts:
+        sys.exit(f"error: {runs} has no fixed-K runs; --loop-costs prices verify rows from them")
+    return Costs.from_runs(rows, drafts[0])
+
+
 def simulate(path: Path, bench: Path | None, noise: float, seeds: int, policies: tuple[Policy, ...], *,
              loop_costs: bool = False, profile: str | None = None, show_losses: bool = False) -> None:
     traces = json.loads(path.read_text())
-    if profile is not None:
-        costs = Costs.from_profile(load_profile(profile))
-    elif loop_costs:
-        assert bench is not None
-        runs = bench.parent / "runs.csv"
-        if not runs.is_file():
-            sys.exit(f"error: {runs} does not exist; --loop-costs reads the bench's runs")
-        with runs.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-        # the draft of the fixed-K configurations ("Q4_1 K=8"): a bench without a micro block
-        # (bench --regimes) names it only there
-        drafts = sorted({r["config"].rsplit(" K=", 1)[0] for r in rows if " K=" in r["config"]})
-        if not drafts:
-            sys.exit(f"error: {runs} has no fixed-K runs; --loop-costs prices verify rows from them")
-        costs = Costs.from_runs(rows, drafts[0])
-    else:
-        assert bench is not None
-        costs = Costs(json.loads(bench.read_text())["micro"])
+    costs = costs_for(bench, profile=profile, loop_costs=loop_costs)
     cell = {pid: f"{'held-out' if t['set'] == 'heldout' else 'tuned'} {t['category']}" for pid, t in traces.items()}
     first = policies[0]
     generations: list[tuple[dict[str, Any], float, list[Any]]] = []
