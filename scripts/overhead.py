@@ -28,7 +28,9 @@ pair keeps one; a generation of each mode first, untimed):
 
 Writes a markdown table to stdout: ms a round (median over repeats, min-max), rounds, what the
 rounds did; with --profile, the top functions of that mode by own time (ms a round, scaled to the
-unprofiled median) and the main callees' cumulative time.
+unprofiled median) and the main callees' cumulative time. The controller is compiled where the
+install compiled it (ggufspec.loop.compiled): cProfile then sees each of its calls as one
+function; `GGUFSPEC_PURE=1` profiles its source.
 """
 
 from __future__ import annotations
@@ -448,23 +450,20 @@ def decisions(key: str, *, generations: int, max_tokens: int, prompt_len: int) -
 
     r = Runner(key, prompt_len)
     h, seen = hashlib.sha256(), 0
-    choose = r.controller.choose
 
-    def recorded(**kwargs: Any) -> Any:
-        nonlocal seen
-        ch = choose(**kwargs)
-        h.update(repr(ch).encode())
-        seen += 1
-        return ch
+    class Recorded(DraftController):  # (a compiled controller's methods cannot be replaced on an instance)
+        def choose(self, **kwargs: Any) -> Any:
+            nonlocal seen
+            ch = super().choose(**kwargs)
+            h.update(repr(ch).encode())
+            seen += 1
+            return ch
 
-    observe = r.controller.observe
+        def observe(self, rnd: Any) -> None:  # every round, held ones too: what ran and what it kept
+            h.update(repr((rnd.choice, rnd.drafted, rnd.accepted, rnd.emitted)).encode())
+            super().observe(rnd)
 
-    def observed(rnd: Any) -> None:  # every round, held ones too: what ran and what it kept
-        h.update(repr((rnd.choice, rnd.drafted, rnd.accepted, rnd.emitted)).encode())
-        observe(rnd)
-
-    r.controller.choose = recorded  # type: ignore[method-assign]
-    r.controller.observe = observed  # type: ignore[method-assign]
+    r.controller = Recorded()
     for _ in range(generations):
         r.generation(max_tokens)
     return h.hexdigest()[:12], seen

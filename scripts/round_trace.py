@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from coldstart import add_regime_args, regime_from  # noqa: E402
 from round_losses import ALONE, add, kind_of  # noqa: E402
+from trace_sim import Watched  # noqa: E402
 
 
 def main() -> None:
@@ -40,12 +41,9 @@ def main() -> None:
     ap.add_argument("--losses", action="store_true",
                     help="also split the default's time against the target alone's by the kind of round")
     args = ap.parse_args()
-    from ggufspec.loop.control import DraftController
 
     settings, length, _, prompts, generate_one = regime_from(args)
-    ctl = DraftController(settings=settings)
     log: list[str] = []
-    observe = ctl.observe
 
     def traced(r):  # type: ignore[no-untyped-def]
         c = r.choice
@@ -54,9 +52,8 @@ def main() -> None:
             log.append(f"{src}:K{c.draft_len}:{r.drafted}{'R' if c.retry else ''}e{r.extended}"
                        f"/{r.accepted}={r.emitted} {r.round_s * 1e3:.0f}")
             rounds.append(r)
-        observe(r)
 
-    ctl.observe = traced  # type: ignore[method-assign]
+    ctl = Watched(settings=settings, on_round=traced)
     rounds: list = []
     generations: list[list] = []
     for n in range(args.passes):

@@ -65,7 +65,7 @@ import math
 import random
 import statistics as st
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,19 @@ import round_losses  # noqa: E402
 MODEL = "model"
 K_MAX = 16  # draft tokens scored from each position by `record` (the most a replayed policy may draft)
 MAX_TOKENS = 128  # new tokens a generation, as the bench's
+
+
+class Watched(DraftController):
+    """The default controller, handing each round it is told of to `on_round` before it observes
+    it (compiled, a controller's methods cannot be replaced on an instance: ggufspec.loop.compiled)."""
+
+    def __init__(self, *, settings: ControlSettings, on_round: Callable[[Any], None]) -> None:
+        super().__init__(settings=settings)
+        self.on_round = on_round
+
+    def observe(self, r: Any) -> None:
+        self.on_round(r)
+        super().observe(r)
 
 
 def record(out: Path, max_tokens: int, k_max: int = K_MAX, limit: int = 0, *, target_ref: str | None = None,
@@ -752,12 +765,7 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
         slow = {p: [costs.slow_rounds] for p in policies}  # each policy's slow start, as its controller's
         rounds: list[Any] = []
         if traced is not None and generations is not None:
-            observe = ctls[traced].observe
-
-            def trace(r: Any, observe: Any = observe) -> None:
-                rounds.append(r)
-                observe(r)
-            ctls[traced].observe = trace  # type: ignore[method-assign]
+            ctls[traced] = Watched(settings=traced.settings(gpu=gpu), on_round=rounds.append)
         for _ in range(2):  # the bench's two repeats, in its order
             for pid, t in traces.items():
                 alone = alone_seconds(t, costs)

@@ -1026,26 +1026,24 @@ def test_a_draft_that_cannot_pay_even_fully_accepted_is_left_and_rarely_retried(
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_a_clear_choice_of_the_target_alone_holds_without_re_estimating(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_clear_choice_of_the_target_alone_holds_without_re_estimating(seed: int) -> None:
     # where every K loses clearly, most rounds reuse the last choice (rule `hold`) instead of
     # pricing every source again, and the retries still come: the choices are the re-estimating
     # controller's until a retry that it ran (a hold ends before a retry falls due at the interval
     # it saw; one that a changed interval brings forward waits for its end, and a hopeless
     # model's interval moves with the measured costs), and as many retries run, give or take one
-    def run(hold: int) -> tuple[list, int]:
-        ctrl = DraftController(settings=ControlSettings(hold=hold))
+    class Counted(DraftController):  # (compiled, a method cannot be replaced on an instance)
         priced = 0
-        best_len = ctrl.best_len
 
-        def counted(*args, **kwargs):
-            nonlocal priced
-            priced += 1
-            return best_len(*args, **kwargs)
+        def best_len(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            self.priced += 1
+            return super().best_len(*args, **kwargs)
 
-        monkeypatch.setattr(ctrl, "best_len", counted)
+    def run(hold: int) -> tuple[list, int]:
+        ctrl = Counted(settings=ControlSettings(hold=hold))
         bad = Sim(b=0.012, alpha=0.5)  # 0.7x at its best K: a clear loss
         choices, _ = simulate(ctrl, 400, a=0.010, drafters={"m": bad}, rng=np.random.default_rng(seed))
-        return [(c.drafter, c.draft_len) for c in choices], priced
+        return [(c.drafter, c.draft_len) for c in choices], ctrl.priced
 
     held, priced_held = run(8)
     every, priced_every = run(0)
@@ -1057,23 +1055,24 @@ def test_a_clear_choice_of_the_target_alone_holds_without_re_estimating(seed: in
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_held_rounds_observed_later_leave_the_choices_and_estimates_as_observed_at_once(
-        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_held_rounds_observed_later_leave_the_choices_and_estimates_as_observed_at_once(seed: int) -> None:
     # a held round's bookkeeping is queued and replayed at the next read of the estimates: the
     # same choices round after round and the same estimates as a controller that observes each
     # round when it ends (with lookup's proposals scored in the held rounds), generations included
+    class Counted(DraftController):  # (compiled, a method cannot be replaced on an instance)
+        def __init__(self, *, defer: bool) -> None:
+            super().__init__()
+            self.defer, self.queued = defer, 0
+
+        def _defers(self, r):  # type: ignore[no-untyped-def]
+            return super()._defers(r) if self.defer else False
+
+        def replay(self) -> None:
+            self.queued += len(self._pending)
+            super().replay()
+
     def run(defer: bool) -> tuple[list, list, int]:
-        ctrl = DraftController()
-        if not defer:
-            monkeypatch.setattr(ctrl, "_defers", lambda r: False)
-        queued, replay = 0, ctrl.replay
-
-        def counted() -> None:
-            nonlocal queued
-            queued += len(ctrl._pending)
-            replay()
-
-        monkeypatch.setattr(ctrl, "replay", counted)
+        ctrl = Counted(defer=defer)
         rng, choices = np.random.default_rng(seed), []
         for _ in range(3):
             ctrl.begin()
@@ -1083,7 +1082,7 @@ def test_held_rounds_observed_later_leave_the_choices_and_estimates_as_observed_
             choices += [(c.drafter, c.draft_len, c.retry) for c in got]
         state = [ctrl.base_s(), ctrl.verify_s(4), ctrl.draft_cost_s("m", 4), ctrl.round,
                  ctrl.prefix_accept("lookup", 4), ctrl.throughput("m", None), ctrl.throughput("none", None)]
-        return choices, state, queued
+        return choices, state, ctrl.queued
 
     later, later_state, queued = run(True)
     now, now_state, none_queued = run(False)

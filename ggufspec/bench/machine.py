@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 
+import ggufspec.loop
 from ggufspec.bench.native import find_native
 from ggufspec.hardware import cpu_model, system_info
 from ggufspec.sysload import load_now
@@ -36,6 +37,7 @@ def machine_info(*, n_threads: int | None = None) -> dict:
         "os": platform.platform(),
         "threads": n_threads,
         "batch_invariant_kernels": _batch_invariant_kernels(),
+        "controller": ggufspec.loop.RUNS,  # compiled (mypyc), or its source: ggufspec.loop.compiled
         "load_end": load_now(),
         "versions": versions,
     }

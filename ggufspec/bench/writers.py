@@ -59,6 +59,11 @@ def fmt_figure(x: Any, fmt: str = "{:.2f}", none: str = "–") -> str:
     return none if x is None else fmt.format(x)
 
 
+def _controller_text(runs: str) -> str:
+    """ggufspec.loop.RUNS as a phrase (results written before it was recorded ran the source)."""
+    return "the controller compiled (mypyc)" if runs == "compiled" else f"the controller run from its {runs}"
+
+
 def markdown(result: BenchResult) -> str:
     """The results as Markdown: headline, one row per configuration, peers, machine."""
     s, plan, m = result.summary, result.plan, result.machine
@@ -75,7 +80,7 @@ def markdown(result: BenchResult) -> str:
         f"{m['ram_bytes'] / 2**30:.0f} GiB RAM, {'GPUs: ' + ', '.join(g['name'] for g in m['gpus']) if m['gpus'] else 'no GPU'}; "
         f"{m['threads']} threads; llama-cpp-python {m['versions'].get('llama_cpp')}"
         f"{' (batch-invariant CPU kernels: one for every batch size)' if m.get('batch_invariant_kernels') else ''}, "
-        f"Python {m['versions']['python']}; "
+        f"Python {m['versions']['python']}; {_controller_text(m.get('controller', 'source'))}; "
         f"load average at start / end {_loadtext(m.get('load_start'))} / {_loadtext(m.get('load_end'))}.",
         "",
         f"**Offload**: {_offload_text(m.get('offload'))}.",

@@ -23,3 +23,10 @@
   batcher     concurrent generations' decode calls merged into one batch
   parallel    N generations at once on one pair, their decodes batched (server slots)
 """
+
+from pathlib import Path as _Path
+
+from ggufspec.loop import compiled as _compiled
+
+# the controller compiled (setup.py) or its source: chosen before any of its modules is imported
+RUNS = _compiled.choose(_Path(__file__).parent)

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from mypy_extensions import mypyc_attr
+
 from ggufspec.loop.controlsettings import SYNCED
 from ggufspec.loop.rounds import Candidate
 from ggufspec.loop.throughput import Rates
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (subclassed: tests, scripts)
 class CatchUp(Rates):
     """The rates with the catch-up each source would cost."""
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mypy_extensions import mypyc_attr
+
 from ggufspec.loop.controlsettings import SYNCED
 from ggufspec.loop.hold import Hold
 from ggufspec.loop.rounds import NONE, Candidate
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (subclassed: tests, scripts)
 class Checks(Hold):
     """The held schedule with the check of a free drafter's proposal (module docstring)."""
 

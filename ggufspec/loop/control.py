@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from mypy_extensions import mypyc_attr
+
 from ggufspec.loop.controlsettings import HORIZON, SYNCED, V0, V1, ControlSettings
 from ggufspec.loop.estimates import B_MODEL, Samples
 from ggufspec.loop.extension import Extensions
@@ -56,6 +58,7 @@ STALL = 1.5  # rule calibrate: a first round of the target alone this much slow 
 __all__ = ["SYNCED", "ControlSettings", "DraftController"]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (subclassed: tests, scripts)
 class DraftController(Extensions):
     """Chooses each round's drafter and draft length; learns from `observe`. One per pair, kept
     across generations (its estimates are the machine's and the drafters', not one prompt's)."""

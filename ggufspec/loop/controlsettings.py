@@ -4,7 +4,7 @@ per rule for the ablation of docs/bench/controller.md) and its nominal costs (pu
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
@@ -79,6 +79,14 @@ class ControlSettings:
                 or self.hold < 0 or self.hold_margin < 0 or not self.expire > 0 or not 0 < self.hopeless_share <= 1 or self.switch_rounds < 1
                 or not all(0 < x <= 1 for x in (self.decay, self.accept_decay, self.idle_decay))):
             raise ValueError(f"bad control settings: {self}")
+
+    def __reduce__(self) -> tuple[object, ...]:  # (compiled, a frozen dataclass pickles through its constructor)
+        return _settings, (tuple((f.name, getattr(self, f.name)) for f in fields(self)),)
+
+
+def _settings(items: tuple[tuple[str, object], ...]) -> ControlSettings:
+    """`ControlSettings.__reduce__`'s constructor: the settings of these (name, value) fields."""
+    return ControlSettings(**dict(items))  # type: ignore[arg-type]
 
 
 def per_state(method: Callable[..., T]) -> Callable[..., T]:

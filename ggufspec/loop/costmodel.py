@@ -45,11 +45,14 @@ Measurements behind each choice: docs/bench/controller.md.
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ggufspec.loop.controlsettings import FEW_B, U_MODEL, V0, V1, ControlSettings, per_state
 from ggufspec.loop.estimates import DrafterModel, Realized, Samples, fit_line
 from ggufspec.loop.rounds import Round
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (subclassed: tests, scripts)
 class CostModel:
     """The timing samples and the cost model priced from them; `_memo` holds this state's values."""
 
@@ -93,7 +96,16 @@ class CostModel:
         """The estimates as a pickle keeps them (ggufspec.remember): the held rounds observed
         first (the state they lead to, not the queue), this state's memo left out."""
         self.replay()
-        return {**vars(self), "_memo": {}}
+        # compiled (mypyc), an instance has no __dict__: its attributes are named in __mypyc_attrs__
+        names = getattr(self, "__mypyc_attrs__", None) or vars(self)
+        state = {n: getattr(self, n) for n in names if n != "__dict__" and hasattr(self, n)}
+        if hasattr(self, "__dict__"):  # (an interpreted subclass's own attributes)
+            state.update(vars(self))
+        return {**state, "_memo": {}}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
 
     def _observe(self, r: Round) -> None:
         raise NotImplementedError  # ggufspec.loop.control.DraftController

@@ -23,8 +23,15 @@ class Samples:
         self._items: deque[tuple[int, float]] = deque(maxlen=window)
         # the last answer: the rounds it holds for [first, last] (none: first > last), what it
         # answered (horizon, low, expire) and its value (fields, not a tuple: asked many times a round)
-        self._first, self._last, self._value = 1, 0.0, None
-        self._horizon, self._low, self._expire = 0, False, 0.0
+        self._first: int = 1
+        self._last: float = 0.0
+        self._value: float | None = None
+        self._horizon: int = 0
+        self._low: bool = False
+        self._expire: float = 0.0
+
+    def __reduce__(self) -> tuple[object, ...]:  # (compiled, pickled through __init__ and then its state)
+        return Samples, (self._items.maxlen,), self.__getstate__()
 
     def add(self, now: int, value: float) -> None:
         self._items.append((now, value))
@@ -45,7 +52,8 @@ class Samples:
                 return None
             items = kept  # type: ignore[assignment]
         if now - items[0][0] <= horizon:  # (the usual case: samples come in round order, all fresh)
-            last, values = items[0][0] + horizon, [v for _, v in items]
+            last: float = float(items[0][0] + horizon)
+            values = [v for _, v in items]
         else:
             fresh = [(r, v) for r, v in items if now - r <= horizon]
             # the answer holds until the oldest fresh sample ages out (none fresh: until the next sample)
@@ -146,6 +154,9 @@ class DrafterModel:
     # all kept, continuation tokens kept in those); `gen_continued` the same, this generation's only
     continued: list[float] = field(default_factory=lambda: [0.0] * 4)
     gen_continued: list[float] = field(default_factory=lambda: [0.0] * 4)
+
+    def __reduce__(self) -> tuple[object, ...]:  # (compiled, pickled through __init__ and then its state)
+        return DrafterModel, (self.free,), self.__getstate__()
 
     @property
     def alpha0(self) -> float:

@@ -57,11 +57,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from mypy_extensions import mypyc_attr
+
 from ggufspec.loop.catchup import CatchUp
 from ggufspec.loop.controlsettings import FEW_B, SYNCED, ControlSettings
 from ggufspec.loop.rounds import NONE, Candidate, Choice
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (subclassed: tests, scripts)
 class Exploration(CatchUp):
     """The estimates with the retry, opening and confirm schedule."""
 
@@ -107,7 +110,7 @@ class Exploration(CatchUp):
         elif name in self._hopeless_now:
             return self._hopeless_interval(name)
         else:
-            rounds = min(st.retry, 4 * max(1, self._source(name).runs)) if st.few_runs else st.retry
+            rounds = float(min(st.retry, 4 * max(1, self._source(name).runs)) if st.few_runs else st.retry)
         s = self.switch_s(now=False)  # rule switch_cost: a retry costs a way back to one row too, S / a rounds
         a = self.base_s() if s else None
         return rounds * (1.0 + s / a) if a else rounds

@@ -18,9 +18,12 @@ off read 0.989 [0.981-0.996] in lockstep (docs/bench/controller.md).
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ggufspec.loop.checks import Checks
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (subclassed: tests, scripts)
 class Extensions(Checks):
     """The checked schedule with a free drafter's continuation of a model's full proposal (module docstring)."""
 

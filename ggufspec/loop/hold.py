@@ -28,6 +28,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from mypy_extensions import mypyc_attr
+
 from ggufspec.loop.controlsettings import ControlSettings
 from ggufspec.loop.exploration import Exploration
 from ggufspec.loop.rounds import NONE, Candidate, Choice, Round
@@ -46,7 +48,11 @@ class Held:
     allow_none: bool
     rate: float
 
+    def __reduce__(self) -> tuple[object, ...]:  # (compiled, a frozen dataclass pickles through its constructor)
+        return Held, (self.until, self.models, self.lo, self.allow_none, self.rate)
 
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # (subclassed: tests, scripts)
 class Hold(Exploration):
     """The exploration schedule with clear choices held (module docstring)."""
 

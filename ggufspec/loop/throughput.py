@@ -33,11 +33,14 @@ P_s, with m = `prior_rounds`: its worth is the prompt's. R0_d = max_K E_d(K) / T
 
 from __future__ import annotations
 
+from mypy_extensions import mypyc_attr
+
 from ggufspec.loop.costmodel import CostModel
 from ggufspec.loop.controlsettings import per_state
 from ggufspec.loop.estimates import DrafterModel, Realized
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (subclassed: tests, scripts)
 class Rates(CostModel):
     """The cost model with each source's acceptance curve and realized throughput."""
 

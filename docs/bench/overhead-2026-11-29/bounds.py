@@ -17,6 +17,7 @@ Prints each arm's ms a round, median over passes [min-max], and its tokens a rou
 
 from __future__ import annotations
 
+import os
 import statistics as st
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from pathlib import Path
 root = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(root / "scripts"), str(root)]
 
+os.environ["GGUFSPEC_PURE"] = "1"  # it replaces the controller's methods: the source, not the compiled one
 import overhead  # noqa: E402
 from ggufspec.loop import control, costmodel, throughput  # noqa: E402
 

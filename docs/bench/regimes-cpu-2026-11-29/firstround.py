@@ -1,7 +1,8 @@
 """How often a fresh controller's first round of the target alone is slow: 4 lanes in lockstep
 (alone, K8, default, default) as control_ab, fresh controllers per pass; the first two target-alone
 rounds' seconds of each fresh controller's first generation."""
-import sys, collections
+import os, sys, collections
+os.environ["GGUFSPEC_PURE"] = "1"  # it replaces the controller's methods: the source, not the compiled one
 sys.path.insert(0, "scripts")
 from ab_lanes import Lanes
 from ggufspec.bench.ours import prompt_tokens

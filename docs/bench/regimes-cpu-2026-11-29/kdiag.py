@@ -1,7 +1,8 @@
 """Default pair: why K = 6? Each model round of the default (fresh controller, 4 tuned prompts x 2):
 the K chosen, the modelled rate E(K)/T(K) at K = 4..8 (relative to the best), the curve pi(1..8),
 the costs (a, v0, v, f, b in a), and what the round delivered."""
-import sys, collections
+import os, sys, collections
+os.environ["GGUFSPEC_PURE"] = "1"  # it replaces the controller's methods: the source, not the compiled one
 from ggufspec.bench.ours import prompt_tokens
 from ggufspec.bench.prompts import load_prompts
 from ggufspec.bench.regimes import parse_regimes

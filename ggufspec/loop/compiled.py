@@ -1,0 +1,93 @@
+"""Which of the loop's modules run compiled, and when their source runs instead.
+
+The draft controller (the modules in `COMPILED`: pure Python, fully typed) is compiled to C by
+mypyc at install time (setup.py): the same source and the same decisions, with about a third less
+of our Python a round (docs/bench/overhead.md). Compiled, its classes keep no instance `__dict__`,
+and their methods cannot be replaced on an instance (subclass them instead).
+
+The source runs instead of the compiled modules when
+  - `GGUFSPEC_PURE=1` is set (profiling with cProfile, which cannot see inside compiled code);
+  - a source file differs from the one compiled (an editable checkout edited or checked out after
+    `pip install -e .`): one line on stderr says so, and the next install compiles it again.
+setup.py writes `compiled_sources.json` (each module's SHA-256) beside the modules it compiles;
+all of them run from one kind or the other, never a mix (they call each other natively).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+# the controller and what it is built from (setup.py compiles these)
+# (not ggufspec.loop.late: mypyc's classes derived from an ABC share its registry, so a dict
+# would pass for its Mapping, LateScores)
+COMPILED = ("controlsettings", "estimates", "rounds", "costmodel", "throughput", "catchup", "exploration",
+            "hold", "checks", "extension", "control")
+SOURCES_JSON = "compiled_sources.json"
+GROUP = "ggufspec_loop"  # mypyc's shared library of the group: ggufspec_loop__mypyc, beside the package
+PACKAGE = "ggufspec.loop"
+
+
+def digests(folder: Path) -> dict[str, str]:
+    """Each compiled module's source SHA-256, as setup.py records it."""
+    return {m: hashlib.sha256((folder / f"{m}.py").read_bytes()).hexdigest() for m in COMPILED}
+
+
+def built(folder: Path) -> bool:
+    """Whether every compiled module and their shared library are installed (`folder`: the modules')."""
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    return (all(any((folder / f"{m}{s}").exists() for s in suffixes) for m in COMPILED)
+            and importlib.util.find_spec(f"{GROUP}__mypyc") is not None)
+
+
+def stale(folder: Path) -> list[str]:
+    """The compiled modules whose source differs from the one compiled (all, if unrecorded)."""
+    try:
+        recorded = json.loads((folder / SOURCES_JSON).read_text())
+    except (OSError, ValueError):
+        return list(COMPILED)
+    now = digests(folder)
+    return [m for m in COMPILED if recorded.get(m) != now[m]]
+
+
+class _Source(importlib.abc.MetaPathFinder):
+    """Finds `ggufspec.loop.<m>` of `COMPILED` as its .py source, ahead of the compiled module."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+                  ) -> importlib.machinery.ModuleSpec | None:
+        package, _, name = fullname.rpartition(".")
+        if package != PACKAGE or name not in COMPILED:
+            return None
+        return importlib.util.spec_from_file_location(fullname, self.folder / f"{name}.py")
+
+
+def choose(folder: Path) -> str:
+    """Called once, as `ggufspec.loop` is imported (before any of its modules): 'compiled',
+    'source' (none built) or 'source (...)' where the source is made to run instead."""
+    if not built(folder):  # (none, or a build that failed part-way: optional extensions)
+        if not any((folder / f"{m}{s}").exists() for m in COMPILED for s in importlib.machinery.EXTENSION_SUFFIXES):
+            return "source"
+        sys.meta_path.insert(0, _Source(folder))
+        return "source (a partial build)"
+    if os.environ.get("GGUFSPEC_PURE", "") not in ("", "0"):
+        why = "GGUFSPEC_PURE"
+    else:
+        changed = stale(folder)
+        if not changed:
+            return "compiled"
+        why = f"{changed[0]}.py changed"
+        print(f"ggufspec: the compiled controller is older than ggufspec/loop/{changed[0]}.py; running "
+              "its source (pip install -e . compiles it again)", file=sys.stderr)
+    sys.meta_path.insert(0, _Source(folder))
+    return f"source ({why})"
