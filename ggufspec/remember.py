@@ -15,7 +15,8 @@ layers each device took, the controller's settings, the host (name, CPU, core co
 devices), the versions
 (Python, llama-cpp-python, ggufspec) and the controller's code (the sources of ggufspec.loop).
 Any change meets a fresh controller, under another name; the state directory is
-ggufspec.paths.state_dir.
+ggufspec.paths.state_dir. A file no run has written for `FORGET_DAYS` (90) is removed at the next
+write (the other versions' and settings' files would otherwise stay for good).
 
 Format: a pickle of {"identity": ..., "controller": DraftController}. Pickle, not JSON: the
 controller's state is ~40 attributes over 8 classes (windows of timing samples stamped with round
@@ -38,6 +39,7 @@ import os
 import pickle
 import platform
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -54,6 +56,7 @@ from ggufspec.paths import state_dir
 from ggufspec.settings import PairSettings
 
 FORMAT = 1
+FORGET_DAYS = 90  # a controller file no run wrote for this long is removed at the next write
 
 
 @functools.cache
@@ -122,16 +125,35 @@ def load(ident: dict[str, Any]) -> DraftController | None:
 
 def save(ident: dict[str, Any], controller: DraftController) -> Path | None:
     """Write `controller` for `ident`, atomically; a directory that cannot be written is said in one
-    line on stderr (the run goes on: nothing but the head start is lost). Returns the file."""
+    line on stderr (the run goes on: nothing but the head start is lost). Returns the file. The
+    user's files there that no run wrote for `FORGET_DAYS` go (other versions', other settings')."""
     path = state_path(ident)
     try:
         blob = pickle.dumps({"identity": ident, "controller": controller}, protocol=pickle.HIGHEST_PROTOCOL)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return write_atomic(path, blob)
+        written = write_atomic(path, blob)
     except OSError as e:
         sys.stderr.write(f"ggufspec: could not keep what the draft controller learnt in {path.parent} "
                          f"({e.strerror or e}); set GGUFSPEC_STATE to a writable folder, or give --no-remember\n")
         return None
+    forget_old(path.parent, keep=path)
+    return written
+
+
+def forget_old(folder: Path, *, keep: Path, days: float = FORGET_DAYS) -> list[Path]:
+    """Remove the user's controller files in `folder` last written more than `days` ago (not
+    `keep`); returns them. Each run rewrites its own file, so only unused ones age."""
+    gone = []
+    cutoff = time.time() - days * 86400
+    for p in folder.glob("*.pickle"):
+        try:
+            st = p.stat()
+            if p != keep and st.st_mtime < cutoff and (not hasattr(os, "getuid") or st.st_uid == os.getuid()):
+                p.unlink()
+                gone.append(p)
+        except OSError:  # (gone already, or not ours to remove)
+            continue
+    return gone
 
 
 @dataclass

@@ -304,8 +304,9 @@ class SpeculativePair:
 
     def save_controller(self) -> None:
         """With settings.remember, write what the controller learnt since the pair loaded for the
-        next run (ggufspec.remember; `close` does, and `serve` once its generations have stopped:
-        a SIGTERM ends the process before the pair closes). Nothing new learnt: the file stands."""
+        next run (ggufspec.remember; `close` does, and `serve` between generations and once they
+        have stopped: a SIGTERM ends the process before the pair closes). Nothing new learnt: the
+        file stands."""
         if self._kept is not None:
             self._kept.save()
 

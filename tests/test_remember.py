@@ -9,6 +9,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -200,10 +201,15 @@ def test_serve_keeps_what_it_learnt_when_it_stops(tiny_target_q8: Path, tiny_dra
     srv = web_serve.start(["--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "--threads", "1",
                            "--ctx", "256", "--parallel", str(parallel)], log=tmp_path / "serve.log", timeout_s=120)
     try:
-        r = httpx.post(f"{srv.url}/v1/completions", json={"prompt": "Once upon", "max_tokens": 24, "temperature": 0},
-                       timeout=60)
-        assert r.status_code == 200, r.text
-        assert not state.exists()  # written when the pair closes
+        def ask(prompt: str) -> None:
+            r = httpx.post(f"{srv.url}/v1/completions", json={"prompt": prompt, "max_tokens": 24, "temperature": 0},
+                           timeout=60)
+            assert r.status_code == 200, r.text
+
+        ask("Once upon")
+        first = _written(state, srv.log)  # once idle after the first generation
+        ask("The quick brown")  # (within a minute of the last write: not written again until the stop)
+        assert pickle.loads(next(state.iterdir()).read_bytes())["controller"].round == first
         srv.proc.send_signal(signal.SIGTERM)
         srv.proc.wait(timeout=30)
     finally:
@@ -214,12 +220,65 @@ def test_serve_keeps_what_it_learnt_when_it_stops(tiny_target_q8: Path, tiny_dra
     assert len(files) == 1, srv.log.read_text()[-2000:]
     assert "earlier runs" not in srv.log.read_text()  # (a fresh controller: the start line says nothing)
     data = pickle.loads(files[0].read_bytes())
-    assert data["identity"]["drafts"][0][0] == str(tiny_draft_q8.resolve()) and data["controller"].round > 0
+    assert data["identity"]["drafts"][0][0] == str(tiny_draft_q8.resolve()) and data["controller"].round > first > 0
     again = web_serve.start(["--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "--threads", "1",
                              "--ctx", "256", "--parallel", str(parallel)], log=tmp_path / "serve2.log", timeout_s=120)
     again.proc.send_signal(signal.SIGTERM)
     again.proc.wait(timeout=30)
     assert f"the controller from {data['controller'].round} rounds of earlier runs" in again.log.read_text()
+
+
+def _written(state: Path, log: Path, *, timeout_s: float = 30.0) -> int:
+    """The rounds in the one controller file under `state`, once a server has written it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        files = list(state.iterdir()) if state.exists() else []
+        if files:
+            return pickle.loads(files[0].read_bytes())["controller"].round
+        time.sleep(0.1)
+    raise AssertionError(f"no controller file written: {log.read_text()[-2000:]}")
+
+
+def test_a_killed_server_keeps_what_it_learnt_before(tiny_target_q8: Path, tiny_draft_q8: Path, tmp_path: Path) -> None:
+    # SIGKILL: no clean stop, no last write; what it learnt up to its last idle moment stays
+    httpx = pytest.importorskip("httpx")
+    import web_serve
+
+    state = Path(os.environ["GGUFSPEC_STATE"]) / "controller"
+    args = ["--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "--threads", "1", "--ctx", "256"]
+    srv = web_serve.start(args, log=tmp_path / "serve.log", timeout_s=120)
+    try:
+        r = httpx.post(f"{srv.url}/v1/completions", json={"prompt": "Once upon", "max_tokens": 24, "temperature": 0},
+                       timeout=60)
+        assert r.status_code == 200, r.text
+        rounds = _written(state, srv.log)
+    finally:
+        srv.proc.kill()
+        srv.proc.wait()
+    assert rounds > 0
+    again = web_serve.start(args, log=tmp_path / "serve2.log", timeout_s=120)
+    again.proc.kill()
+    again.proc.wait()
+    assert f"the controller from {rounds} rounds of earlier runs" in again.log.read_text()
+
+
+def test_files_no_run_wrote_for_90_days_go_at_the_next_write(tmp_path: Path) -> None:
+    ident = _ident(tmp_path)
+    folder = remember.state_path(ident).parent
+    folder.mkdir(parents=True)
+    old, recent = folder / "0123456789abcdef0123.pickle", folder / "fedcba9876543210fedc.pickle"
+    other = folder / "notes.txt"  # (not a controller file: never touched)
+    for p in (old, recent, other):
+        p.write_bytes(b"x")
+    long_ago = time.time() - (remember.FORGET_DAYS + 1) * 86400
+    os.utime(old, (long_ago, long_ago))
+    os.utime(other, (long_ago, long_ago))
+    os.utime(recent, (time.time() - 86400, time.time() - 86400))
+    path = remember.save(ident, _taught(prompts=1))
+    assert path is not None and sorted(p.name for p in folder.iterdir()) == sorted([path.name, recent.name, other.name])
+    # its own file, however old, is rewritten, never removed
+    os.utime(path, (long_ago, long_ago))
+    assert remember.forget_old(folder, keep=path) == [] and path.exists()
 
 
 def test_chat_starts_from_what_the_last_chat_learnt(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:

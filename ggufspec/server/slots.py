@@ -21,7 +21,7 @@ from ggufspec.server import adapter
 from ggufspec.server.error_bodies import APIError, shutting_down
 from ggufspec.server.eta import WaitEstimate
 from ggufspec.server.metrics import Metrics
-from ggufspec.server.worker import Job, device_lost_error, run_job
+from ggufspec.server.worker import Job, KeepLearnt, device_lost_error, run_job
 
 log = logging.getLogger("ggufspec.server")
 
@@ -40,6 +40,7 @@ class SlotWorker:
         self._stopping = False
         self.eta = WaitEstimate()  # for Retry-After
         self.lost: str | None = None
+        self.keep = KeepLearnt(pair.save_controller)
         self._threads = [threading.Thread(target=self._run, args=(s,), name=f"ggufspec-slot-{s.index}", daemon=True)
                          for s in self.slots]
         metrics.queue_depth.set_function(self.depth)
@@ -175,6 +176,9 @@ class SlotWorker:
                 self.eta.finished(job, complete=last is not None and last[0] == "end" and not job.cancel.is_set())
             if last is not None:
                 job.emit(*last)
+            with self._cond:  # (no slot starts a job while it is held: _dispatch runs under it)
+                if not self._assigned and not self._waiting and not self._stopping and self.lost is None:
+                    self.keep.idle()
 
     def _generate(self, slot: Slot, job: Job) -> tuple[str, object]:
         """Run the job on the slot, emitting its text; returns its last event (sent once the slot is free)."""

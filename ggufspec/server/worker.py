@@ -32,6 +32,29 @@ def device_lost_error(reason: str) -> APIError:
                          "restart the worker and the server", type="server_error", code="device_lost")
 
 
+class KeepLearnt:
+    """What the draft controller learnt, written between generations at most once every `every_s`
+    seconds (ggufspec.remember; a no-op without --remember), so a server that is killed, or whose
+    RPC worker is lost, keeps most of it; `serve` writes it once more when it stops. Called by the
+    thread that runs generations, under its lock, with none running or waiting: the controller
+    does not move while it is pickled (a few ms)."""
+
+    def __init__(self, save: Callable[[], None], *, every_s: float = 60.0) -> None:
+        self._save = save
+        self.every_s = every_s
+        self._last: float | None = None  # (never: the first idle moment writes)
+
+    def idle(self) -> None:
+        now = time.monotonic()
+        if self._last is not None and now - self._last < self.every_s:
+            return
+        self._last = now
+        try:
+            self._save()
+        except Exception:  # (an unwritable folder is one stderr line inside save; anything else: logged)
+            log.exception("could not keep what the draft controller learnt")
+
+
 @dataclass(eq=False)
 class Job:
     """One generation request, shared by the event loop (consumer) and the worker (producer).
@@ -78,6 +101,7 @@ class Worker:
         self._stopping = False
         self.eta = WaitEstimate()  # for Retry-After
         self.lost: str | None = None  # why the pair can no longer generate (an RPC worker died)
+        self.keep = KeepLearnt(pair.save_controller)
         self._thread = threading.Thread(target=self._run, name="ggufspec-generate", daemon=True)
         metrics.queue_depth.set_function(self.depth)
         metrics.busy.set_function(lambda: 1.0 if self.busy else 0.0)
@@ -185,6 +209,9 @@ class Worker:
                 self.eta.finished(job, complete=last is not None and last[0] == "end" and not job.cancel.is_set())
             if last is not None:
                 job.emit(*last)
+            with self._cond:
+                if not self._waiting and not self._stopping and self.lost is None:
+                    self.keep.idle()
 
     def _generate(self, job: Job) -> tuple[str, Any]:
         return run_job(self.pair, job, self.metrics, stopping=lambda: self._stopping)
