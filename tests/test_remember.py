@@ -209,7 +209,7 @@ def test_serve_keeps_what_it_learnt_when_it_stops(tiny_target_q8: Path, tiny_dra
         ask("Once upon")
         first = _written(state, srv.log)  # once idle after the first generation
         ask("The quick brown")  # (within a minute of the last write: not written again until the stop)
-        assert pickle.loads(next(state.iterdir()).read_bytes())["controller"].round == first
+        assert pickle.loads(next(state.glob("*.pickle")).read_bytes())["controller"].round == first
         srv.proc.send_signal(signal.SIGTERM)
         srv.proc.wait(timeout=30)
     finally:
@@ -232,7 +232,7 @@ def _written(state: Path, log: Path, *, timeout_s: float = 30.0) -> int:
     """The rounds in the one controller file under `state`, once a server has written it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        files = list(state.iterdir()) if state.exists() else []
+        files = list(state.glob("*.pickle"))  # (not the temporary file of a write under way)
         if files:
             return pickle.loads(files[0].read_bytes())["controller"].round
         time.sleep(0.1)
