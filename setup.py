@@ -10,8 +10,6 @@ install (ggufspec/loop/compiled.py says when a compiled module is not used).
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 from pathlib import Path
 
 from setuptools import setup
@@ -21,20 +19,15 @@ LOOP = Path(__file__).resolve().parent / "ggufspec" / "loop"
 spec = importlib.util.spec_from_file_location("_ggufspec_compiled", LOOP / "compiled.py")
 compiled = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(compiled)
-COMPILED = compiled.COMPILED
 
 ext_modules = []
-if os.environ.get("GGUFSPEC_PURE", "") in ("", "0"):
+if not compiled.pure_asked():
     from mypyc.build import mypycify
 
-    # the sources compiled, so that an edited one runs as source until compiled again (compiled.stale)
-    tmp = LOOP / f".{compiled.SOURCES_JSON}.tmp"
-    tmp.write_text(json.dumps(compiled.digests(LOOP), indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, LOOP / compiled.SOURCES_JSON)
-
+    compiled.record(LOOP)  # the sources compiled: an edited one runs as source until compiled again
     # (imports outside these modules are read, not checked: silent)
     ext_modules = mypycify(["--ignore-missing-imports", "--follow-imports=silent",
-                            *(f"ggufspec/loop/{m}.py" for m in COMPILED)], group_name=compiled.GROUP)
+                            *(f"ggufspec/loop/{m}.py" for m in compiled.COMPILED)], group_name=compiled.GROUP)
     for ext in ext_modules:  # no C compiler: a warning, and the source runs (compiled.choose)
         ext.optional = True
 

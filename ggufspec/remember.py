@@ -107,11 +107,16 @@ def state_path(ident: dict[str, Any]) -> Path:
     return state_dir() / "controller" / f"{digest}.pickle"
 
 
+def _owned(st: os.stat_result) -> bool:
+    """Is the file of this `stat` the user's own (always, where there are no user ids)?"""
+    return not hasattr(os, "getuid") or st.st_uid == os.getuid()
+
+
 def load(ident: dict[str, Any]) -> DraftController | None:
     """The controller remembered for `ident`, or None (never run so, or a file that does not load)."""
     path = state_path(ident)
     try:
-        if hasattr(os, "getuid") and path.stat().st_uid != os.getuid():
+        if not _owned(path.stat()):
             return None  # (another user's file: unpickling it would run what they chose)
         data = pickle.loads(path.read_bytes())
     except Exception:  # (missing, unreadable, cut short, another version's classes: start fresh)
@@ -148,7 +153,7 @@ def forget_old(folder: Path, *, keep: Path, days: float = FORGET_DAYS) -> list[P
     for p in folder.glob("*.pickle"):
         try:
             st = p.stat()
-            if p != keep and st.st_mtime < cutoff and (not hasattr(os, "getuid") or st.st_uid == os.getuid()):
+            if p != keep and st.st_mtime < cutoff and _owned(st):
                 p.unlink()
                 gone.append(p)
         except OSError:  # (gone already, or not ours to remove)

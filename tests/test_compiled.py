@@ -33,7 +33,7 @@ def _needs_build() -> None:
 
 def test_the_installed_controller_is_compiled() -> None:
     _needs_build()
-    if os.environ.get("GGUFSPEC_PURE", "") not in ("", "0"):
+    if compiled.pure_asked():
         pytest.skip("GGUFSPEC_PURE is set: the source runs")
     assert ggufspec.loop.RUNS == "compiled"
     assert Path(control.__file__).name.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
@@ -105,8 +105,9 @@ def test_stale_names_each_changed_module(tmp_path: Path) -> None:
     for m in compiled.COMPILED:
         (tmp_path / f"{m}.py").write_text(f"# {m}\n")
     assert compiled.stale(tmp_path) == list(compiled.COMPILED)  # nothing recorded: all
-    (tmp_path / compiled.SOURCES_JSON).write_text(json.dumps(compiled.digests(tmp_path)))
-    assert compiled.stale(tmp_path) == []
+    compiled.record(tmp_path)
+    assert json.loads((tmp_path / compiled.SOURCES_JSON).read_text()) == compiled.digests(tmp_path)
+    assert compiled.stale(tmp_path) == [] and [p.name for p in tmp_path.glob(".*")] == []  # no temporary left
     (tmp_path / "rounds.py").write_text("# rounds, edited\n")
     assert compiled.stale(tmp_path) == ["rounds"]
     assert not compiled.built(tmp_path)  # sources only

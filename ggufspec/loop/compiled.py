@@ -9,7 +9,7 @@ The source runs instead of the compiled modules when
   - `GGUFSPEC_PURE=1` is set (profiling with cProfile, which cannot see inside compiled code);
   - a source file differs from the one compiled (an editable checkout edited or checked out after
     `pip install -e .`): one line on stderr says so, and the next install compiles it again.
-setup.py writes `compiled_sources.json` (each module's SHA-256) beside the modules it compiles;
+setup.py keeps `compiled_sources.json` (each module's SHA-256, `record`) beside the modules it compiles;
 all of them run from one kind or the other, never a mix (they call each other natively).
 """
 
@@ -36,16 +36,32 @@ GROUP = "ggufspec_loop"  # mypyc's shared library of the group: ggufspec_loop__m
 PACKAGE = "ggufspec.loop"
 
 
+def pure_asked() -> bool:
+    """`GGUFSPEC_PURE` set (not to 0): the source runs, and an install compiles nothing."""
+    return os.environ.get("GGUFSPEC_PURE", "") not in ("", "0")
+
+
 def digests(folder: Path) -> dict[str, str]:
-    """Each compiled module's source SHA-256, as setup.py records it."""
+    """Each compiled module's source SHA-256, as `record` keeps it."""
     return {m: hashlib.sha256((folder / f"{m}.py").read_bytes()).hexdigest() for m in COMPILED}
+
+
+def record(folder: Path) -> None:
+    """Keep the digests of the sources about to be compiled (setup.py), atomically, for `stale`."""
+    tmp = folder / f".{SOURCES_JSON}.tmp"  # (ggufspec.atomic is not importable in the build)
+    tmp.write_text(json.dumps(digests(folder), indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, folder / SOURCES_JSON)
+
+
+def _present(folder: Path) -> list[str]:
+    """The compiled modules with an extension module in `folder`."""
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    return [m for m in COMPILED if any((folder / f"{m}{s}").exists() for s in suffixes)]
 
 
 def built(folder: Path) -> bool:
     """Whether every compiled module and their shared library are installed (`folder`: the modules')."""
-    suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    return (all(any((folder / f"{m}{s}").exists() for s in suffixes) for m in COMPILED)
-            and importlib.util.find_spec(f"{GROUP}__mypyc") is not None)
+    return len(_present(folder)) == len(COMPILED) and importlib.util.find_spec(f"{GROUP}__mypyc") is not None
 
 
 def stale(folder: Path) -> list[str]:
@@ -76,11 +92,11 @@ def choose(folder: Path) -> str:
     """Called once, as `ggufspec.loop` is imported (before any of its modules): 'compiled',
     'source' (none built) or 'source (...)' where the source is made to run instead."""
     if not built(folder):  # (none, or a build that failed part-way: optional extensions)
-        if not any((folder / f"{m}{s}").exists() for m in COMPILED for s in importlib.machinery.EXTENSION_SUFFIXES):
+        if not _present(folder):
             return "source"
         sys.meta_path.insert(0, _Source(folder))
         return "source (a partial build)"
-    if os.environ.get("GGUFSPEC_PURE", "") not in ("", "0"):
+    if pure_asked():
         why = "GGUFSPEC_PURE"
     else:
         changed = stale(folder)

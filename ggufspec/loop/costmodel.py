@@ -96,11 +96,12 @@ class CostModel:
         """The estimates as a pickle keeps them (ggufspec.remember): the held rounds observed
         first (the state they lead to, not the queue), this state's memo left out."""
         self.replay()
-        # compiled (mypyc), an instance has no __dict__: its attributes are named in __mypyc_attrs__
-        names = getattr(self, "__mypyc_attrs__", None) or vars(self)
-        state = {n: getattr(self, n) for n in names if n != "__dict__" and hasattr(self, n)}
-        if hasattr(self, "__dict__"):  # (an interpreted subclass's own attributes)
-            state.update(vars(self))
+        # the source's attributes, or an interpreted subclass's own; compiled (mypyc), the class's
+        # attributes are named in __mypyc_attrs__ (its instance has no __dict__ for them)
+        state = dict(vars(self)) if hasattr(self, "__dict__") else {}
+        for name in getattr(self, "__mypyc_attrs__", ()):
+            if name != "__dict__" and hasattr(self, name):
+                state[name] = getattr(self, name)
         return {**state, "_memo": {}}
 
     def __setstate__(self, state: dict[str, object]) -> None:
