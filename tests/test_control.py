@@ -439,14 +439,18 @@ def test_over_prompts_where_drafting_pays_it_drafts_through_bad_stretches(hard_s
     # a retry at a new prompt ran its full opening (rule `full_retry`: judged on its first round,
     # at the hard tokens, the model sat out whole prompts), 0.93 or more after. Over 36 seeds (hard
     # start) the lowest are 0.88 (3 under 0.9); rule `expire` moves them (median 0.955 -> 0.960,
-    # mean 0.954 -> 0.952, lowest 0.855, 4 under 0.9; seed 1 here 0.955 -> 0.895)
+    # mean 0.954 -> 0.952, lowest 0.855, 4 under 0.9; seed 1 here 0.955 -> 0.895). Rule
+    # measured_verify costs here, where the verify is linear and each K's few samples are noise
+    # against the line that pools them (36 seeds, hard start: median 0.975 -> 0.963, lowest 0.890
+    # -> 0.846; easy start 0.986 -> 0.986, lowest 0.936 -> 0.917), and gains where it is not
+    # (docs/bench/controller.md, twenty-fifth session): the floor of the hard start 0.88 -> 0.86
     ratios = []
     for seed in range(12):
         alphas = np.random.default_rng(100 + seed).uniform(0.93, 0.99, size=24)
         s = prompts_speedups(alphas, seed=seed, hard_start=hard_start)
         ratios.append(s["default"] / max(s["K2"], s["K4"], s["K8"], 1.0))
     assert np.median(ratios) > (0.96 if hard_start == 0 else 0.92)
-    assert min(ratios) > (0.9 if hard_start == 0 else 0.88), ratios
+    assert min(ratios) > (0.9 if hard_start == 0 else 0.86), ratios
 
 
 def test_over_prompts_where_drafting_loses_it_costs_little() -> None:
@@ -700,9 +704,10 @@ def test_a_draft_rejected_round_after_round_is_left_within_a_few_rounds_and_retr
         ctrl = _shared_warm_controller(np.random.default_rng(seed))
         rounds = [_shared_round(ctrl, lambda k: 0) for _ in range(8)]
         picks = [c.drafter for c in rounds]
-        # (a retry of the target alone, due by the schedule, is no verdict against the draft)
-        left = next(i for i, c in enumerate(rounds) if c.drafter is None and not c.retry)
-        assert 2 <= left <= 6 and picks[left:].count(None) >= len(picks) - left - 1
+        # left: the target alone from there on (a retry of the target alone between two rounds
+        # of the draft is no verdict against it; one that the rounds after confirm is)
+        left = next(i for i in range(len(picks)) if all(p is None for p in picks[i:]))
+        assert 2 <= left <= 6
         later = [_shared_round(ctrl, lambda k: 0).drafter for _ in range(ControlSettings().retry + 2)]
         assert "m" in later
 
@@ -721,6 +726,51 @@ def test_the_verify_line_follows_this_machines_measurements_not_the_prior() -> N
                      round_s=a * (1.0 + 0.107 * k) + draft_s, draft_s=draft_s))
     for k in (4, 6, 8):
         assert abs(ctrl.verify_s(k) - a * (1.0 + 0.107 * k)) < 0.05 * a
+
+
+def _bent_verify(settings: ControlSettings, *, stale: bool = False, jitter: float = 0.0) -> DraftController:
+    """A controller that ran K = 2, 4 and 7 eight times each, every draft kept, on a verify whose
+    seconds are not linear in its rows (V(K) - a: 0.4 a at K = 2, 2.4 a at 4 and at 7: a CPU
+    kernel's batch shapes), each round's seconds times lognormal(0, `jitter`); with `stale`, then
+    `2 retry` rounds of the target alone."""
+    ctrl = DraftController(settings=settings)
+    rng = np.random.default_rng(7)
+    a = 0.05
+    ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=a))
+    for k in (2, 4, 7) * 8:
+        draft_s = k * 0.2 * a
+        verify_s = a * (1.4 if k == 2 else 3.4) * rng.lognormal(0.0, jitter)
+        ctrl.observe(Round(choice=Choice("m", k), drafted=k, accepted=k, emitted=k + 1,
+                     round_s=verify_s + draft_s, draft_s=draft_s))
+    for _ in range(2 * settings.retry + 1 if stale else 0):
+        ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=a))
+    return ctrl
+
+
+def test_a_verify_measured_at_k_is_priced_as_measured_where_it_stands_out_of_the_noise() -> None:
+    # Rule measured_verify. The line through those points prices K = 4 below what it cost and
+    # K = 7 above (by ~0.3-0.8 a). Measured lately (>= 2 samples of the last 2 retry rounds) and
+    # steady, each K is priced as measured, a K never measured by the line; stale samples give the
+    # line back.
+    a = 0.05
+    on = _bent_verify(ControlSettings())
+    off = _bent_verify(ControlSettings(measured_verify=False))
+    for k, measured in ((2, 1.4 * a), (4, 3.4 * a), (7, 3.4 * a)):
+        assert on.verify_s(k) == pytest.approx(measured)
+    assert off.verify_s(4) < 3.2 * a and off.verify_s(7) > 3.6 * a
+    assert on.verify_s(6) == pytest.approx(off.verify_s(6))  # never measured: the line
+    assert on.round_costs("m", 7)[7] == pytest.approx(3.4 * a + on.draft_cost_s("m", 7))
+    stale = _bent_verify(ControlSettings(), stale=True)
+    v0, v = stale._verify_line(stale.base_s())
+    assert stale.verify_s(7) == pytest.approx(stale.base_s() + v0 + 7 * v)
+    # rounds whose seconds scatter by ~40%: the same bend no longer stands out of 8 samples' noise
+    # at K = 4 and 7 (0.2-0.5 a from the line, a median's error ~0.5 a): priced nearer the line
+    noisy_on = _bent_verify(ControlSettings(), jitter=0.4)
+    noisy_off = _bent_verify(ControlSettings(measured_verify=False), jitter=0.4)
+    for k in (4, 7):
+        measured = noisy_on._recent(noisy_on._verify[k], noisy_on._fresh())
+        line = noisy_off.verify_s(k)
+        assert abs(noisy_on.verify_s(k) - line) < 0.5 * abs(measured - line)
 
 
 def _lookup_first_choice(settings: ControlSettings, *, prefill_row: float) -> tuple[float, Choice]:
@@ -898,10 +948,13 @@ def test_a_free_drafters_first_proposals_of_a_generation_are_checked_by_the_draf
 def test_a_check_runs_only_where_it_pays() -> None:
     # rule `check_pricing`: a proposal whose first draft the target keeps almost always (lookup
     # right every round before) is not checked: each check would be a model call that agrees;
-    # one right 60% of the time is (a disagreeing check turns a lost round into the model's)
+    # one right 60% of the time is (a disagreeing check turns a lost round into the model's).
+    # Priced by the verify line (rule measured_verify off): this model's verify is linear, and
+    # what its K = 8 rounds measured, 2% under the line, puts the 60% case at the check's
+    # break-even, checked or not by the seed
     for right, checked in ((1.0, False), (0.6, True)):
         rng = np.random.default_rng(0)
-        ctrl = _shared_warm_controller(rng)
+        ctrl = _shared_warm_controller(rng, ControlSettings(measured_verify=False))
         for _ in range(20):
             _lookup_round(ctrl, right=rng.random() < right)
         ctrl.begin(prefilled=[])

@@ -49,6 +49,7 @@ class ControlSettings:
     expire: float = 1024.0  # rounds a drafter's timing sample or a verify sample counts (inf: forever; ggufspec.loop.costmodel)
     # rule switches (off: the rule's absence)
     two_level: bool = True  # this generation's rate over the pooled one (off: the pooled rate alone)
+    measured_verify: bool = True  # V(K) moved from the line towards what K's verifies cost lately, as far as that stands out of their noise
     first_call: bool = True  # D(K) = f + (K - 1) b (off: K b, b = draft seconds / drafted)
     hysteresis: bool = True  # the draft model in step judged by max(R_s, P_s)
     few_runs: bool = True  # a model run n < 8 times is due after 4 n rounds

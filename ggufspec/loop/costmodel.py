@@ -1,6 +1,7 @@
 """The cost model: what a round of each source costs, from measurements only (pure).
 
     T_d(K) = V(K) + D_d(K),   V(K) = a + v0 + v K,   D_d(K) = f_d + (K - 1) b_d   (K >= 1),   T(0) = a
+    (V(K) towards what K cost where it ran lately: rule `measured_verify`)
 
 a: the fastest of the last `window` rounds' verify-and-Python seconds (a round that drafted
 nothing measures a; one that drafted bounds it from above: K + 1 rows cost no less than one).
@@ -15,6 +16,17 @@ no less than a token of a large prefill (the same matrix products, less work to 
 where rows are compute-bound (a quantized target on a CPU: prefill 0.40 a a token, verify rows
 0.58 a, on a 2-core EPYC) the prior starts there instead of at 0.2 a, and the first dear proposals
 are priced near what they cost; on a GPU or an F32 CPU target p < 0.2 a and nothing changes.
+
+Rule `measured_verify`: V(K) is the line moved towards the low median m measured at K over its
+n samples of the last 2 `retry` rounds, as far as m stands out of their noise (positive-part
+James-Stein: d = m - line, s the median's standard error from the verifies' relative MAD pooled
+over every K, V = line + d max(0, 1 - s^2 / d^2)). A verify's seconds are not linear in its rows: the kernels change with the
+batch's shape (a CPU's 5 rows may cost as much as its 8, and 8 less than 7), and a line through
+them prices the K run most cheap and the others dear, so the K chosen was not the one whose
+rounds made most a second. Where the rows are linear the deviations are noise and the line, which
+pools every K, stays (measured per K, they moved the K chosen at random: docs/bench/controller.md).
+A K not run for 2 `retry` rounds is priced by the line again, so a few slow samples cannot keep a
+K out for longer. The extension's row stays the line's slope.
 
 Expiry (`expire`): a drafter's timing samples (b, f, u, its prefill's) and the verify line's are
 forgotten `expire` rounds after they were taken: the estimate falls back to its prior and the next
@@ -44,6 +56,8 @@ Measurements behind each choice: docs/bench/controller.md.
 """
 
 from __future__ import annotations
+
+import statistics
 
 from mypy_extensions import mypyc_attr
 
@@ -143,7 +157,38 @@ class CostModel:
         if k <= 0:
             return a
         v0, v = self._verify_line(a)
-        return a + v0 + v * k
+        return self._verify_at(k, a + v0 + v * k)
+
+    def _verify_at(self, k: int, line: float) -> float:
+        """V(K): `line`, the verify line's, moved towards the low median m of K's n fresh samples
+        as far as m stands out of their noise: with d = m - line and s = 1.25 x 1.48 r m / sqrt(n)
+        (a median's standard error; r the verifies' relative MAD, `_verify_scatter`),
+            V(K) = line + d max(0, 1 - s^2 / d^2)
+        (rule `measured_verify`, module docstring; no fresh sample: the line)."""
+        samples = self._verify.get(k) if self.settings.measured_verify else None
+        if samples is None:
+            return line
+        n = len(samples.fresh(self.round, self._fresh()))
+        m = self._recent(samples, self._fresh()) if n else None
+        r = self._verify_scatter() if m is not None else None
+        if m is None or r is None or m == line:
+            return line
+        d = m - line
+        s2 = (1.85 * r * m) ** 2 / n
+        return line + d * max(0.0, 1.0 - s2 / (d * d))
+
+    @per_state
+    def _verify_scatter(self) -> float | None:
+        """r: the median over every K of |x / m_K - 1|, x a fresh verify sample and m_K the low
+        median of its K's (pooled: a few samples of one K cannot tell their own scatter); None
+        while fewer than 8 samples are fresh."""
+        fresh = self._fresh()
+        devs = []
+        for samples in self._verify.values():
+            m = self._recent(samples, fresh)
+            if m:
+                devs += [abs(x / m - 1.0) for x in samples.fresh(self.round, fresh)]
+        return statistics.median(devs) if len(devs) >= 8 else None
 
     @per_state
     def _verify_line(self, a: float) -> tuple[float, float]:
@@ -229,7 +274,7 @@ class CostModel:
             return None
         v0, v = self._verify_line(a)
         f = self._first_s(name, b) + self.switch_s(name)
-        return (a, *[max(a + v0 + v * k + f + (k - 1) * b, 1e-12) for k in range(1, cap + 1)])
+        return (a, *[max(self._verify_at(k, a + v0 + v * k) + f + (k - 1) * b, 1e-12) for k in range(1, cap + 1)])
 
     def ceiling_rate(self, name: str, *, lo: int, cap: int) -> float | None:
         """max_{lo <= K <= cap} (K + 1) / T(K): the most drafter `name` could deliver, every draft accepted."""

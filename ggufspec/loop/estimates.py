@@ -67,6 +67,10 @@ class Samples:
         self._horizon, self._low, self._expire = horizon, low, expire
         return value
 
+    def fresh(self, now: int, horizon: int) -> list[float]:
+        """The samples of the last `horizon` rounds."""
+        return [v for r, v in self._items if now - r <= horizon]
+
     def __bool__(self) -> bool:
         return bool(self._items)
 
