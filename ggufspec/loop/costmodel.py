@@ -20,13 +20,13 @@ are priced near what they cost; on a GPU or an F32 CPU target p < 0.2 a and noth
 Rule `measured_verify`: V(K) is the line moved towards the low median m measured at K over its
 n samples of the last 2 `retry` rounds, as far as m stands out of their noise (positive-part
 James-Stein: d = m - line, s the median's standard error from the verifies' relative MAD pooled
-over every K, V = line + d max(0, 1 - s^2 / d^2)). A verify's seconds are not linear in its rows: the kernels change with the
-batch's shape (a CPU's 5 rows may cost as much as its 8, and 8 less than 7), and a line through
-them prices the K run most cheap and the others dear, so the K chosen was not the one whose
-rounds made most a second. Where the rows are linear the deviations are noise and the line, which
-pools every K, stays (measured per K, they moved the K chosen at random: docs/bench/controller.md).
-A K not run for 2 `retry` rounds is priced by the line again, so a few slow samples cannot keep a
-K out for longer. The extension's row stays the line's slope.
+over every K, V = line + d max(0, 1 - s^2 / d^2)). A verify's seconds are not linear in its rows:
+the kernels change with the batch's shape (a CPU's 5 rows may cost as much as its 8, and 8 less
+than 7), and a line through them prices the K run most cheap and the others dear, so the K chosen
+was not the one whose rounds made most a second. Where the rows are linear the deviations are
+noise and the line, which pools every K, stays (measured per K, they moved the K chosen at random:
+docs/bench/controller.md). A K not run for 2 `retry` rounds is priced by the line again, so a few
+slow samples cannot keep a K out for longer. The extension's row stays the line's slope.
 
 Expiry (`expire`): a drafter's timing samples (b, f, u, its prefill's) and the verify line's are
 forgotten `expire` rounds after they were taken: the estimate falls back to its prior and the next

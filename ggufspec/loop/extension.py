@@ -36,7 +36,8 @@ class Extensions(Checks):
         self._model(key, True)
         full = self.prefix_accept(name, draft_len)[-1]
         rate = max(self._rates.values(), default=0.0) or (1.0 / self.base_s())  # type: ignore[operator]
-        v = self._verify_line(self.base_s())[1]  # type: ignore[arg-type]  # a row: the line's slope (not V(K + 1) - V(K), measured or not)
+        # a row: the verify line's slope (not V(K + 1) - V(K): rule measured_verify may bend V)
+        v = self._verify_line(self.base_s())[1]  # type: ignore[arg-type]
         e = 0
         for pi in self.prefix_accept(key, match_len):
             if full * pi / rate < v:  # the e-th token's seconds at the best rate against its row
