@@ -157,38 +157,37 @@ class CostModel:
         if k <= 0:
             return a
         v0, v = self._verify_line(a)
-        return self._verify_at(k, a + v0 + v * k)
+        return self._verify_at(k, a + v0 + v * k, self._verify_measured())
 
-    def _verify_at(self, k: int, line: float) -> float:
-        """V(K): `line`, the verify line's, moved towards the low median m of K's n fresh samples
-        as far as m stands out of their noise: with d = m - line and s = 1.25 x 1.48 r m / sqrt(n)
-        (a median's standard error; r the verifies' relative MAD, `_verify_scatter`),
-            V(K) = line + d max(0, 1 - s^2 / d^2)
-        (rule `measured_verify`, module docstring; no fresh sample: the line)."""
-        samples = self._verify.get(k) if self.settings.measured_verify else None
-        if samples is None:
+    def _verify_at(self, k: int, line: float, measured: dict[int, tuple[float, float]]) -> float:
+        """V(K) = line + d max(0, 1 - s^2 / d^2), d = m - line, (m, s^2) = measured[K] (else: the line)."""
+        got = measured.get(k)
+        if got is None or got[0] == line:
             return line
-        n = len(samples.fresh(self.round, self._fresh()))
-        m = self._recent(samples, self._fresh()) if n else None
-        r = self._verify_scatter() if m is not None else None
-        if m is None or r is None or m == line:
-            return line
+        m, s2 = got
         d = m - line
-        s2 = (1.85 * r * m) ** 2 / n
         return line + d * max(0.0, 1.0 - s2 / (d * d))
 
     @per_state
-    def _verify_scatter(self) -> float | None:
-        """r: the median over every K of |x / m_K - 1|, x a fresh verify sample and m_K the low
-        median of its K's (pooled: a few samples of one K cannot tell their own scatter); None
-        while fewer than 8 samples are fresh."""
+    def _verify_measured(self) -> dict[int, tuple[float, float]]:
+        """K -> (m, s^2) for each K with n fresh samples, m their low median, s = 1.25 x 1.48 r m /
+        sqrt(n) a median's standard error, r the median over every K of |x / m_K - 1| (x fresh; pooled:
+        a few samples cannot tell their own scatter). Empty: the rule off, or < 8 samples fresh."""
+        if not self.settings.measured_verify:
+            return {}
         fresh = self._fresh()
-        devs = []
-        for samples in self._verify.values():
+        devs: list[float] = []
+        found: list[tuple[int, float, int]] = []  # (K, m, n)
+        for k, samples in self._verify.items():
+            xs = samples.fresh(self.round, fresh)
             m = self._recent(samples, fresh)
-            if m:
-                devs += [abs(x / m - 1.0) for x in samples.fresh(self.round, fresh)]
-        return statistics.median(devs) if len(devs) >= 8 else None
+            if xs and m is not None:
+                found.append((k, m, len(xs)))
+                devs += [abs(x / m - 1.0) for x in xs] if m else []
+        if len(devs) < 8:
+            return {}
+        r = statistics.median(devs)
+        return {k: (m, (1.85 * r * m) ** 2 / n) for k, m, n in found}
 
     @per_state
     def _verify_line(self, a: float) -> tuple[float, float]:
@@ -273,8 +272,9 @@ class CostModel:
         if a is None or b is None:
             return None
         v0, v = self._verify_line(a)
-        f = self._first_s(name, b) + self.switch_s(name)
-        return (a, *[max(self._verify_at(k, a + v0 + v * k) + f + (k - 1) * b, 1e-12) for k in range(1, cap + 1)])
+        f, measured = self._first_s(name, b) + self.switch_s(name), self._verify_measured()
+        return (a, *[max(self._verify_at(k, a + v0 + v * k, measured) + f + (k - 1) * b, 1e-12)
+                     for k in range(1, cap + 1)])
 
     def ceiling_rate(self, name: str, *, lo: int, cap: int) -> float | None:
         """max_{lo <= K <= cap} (K + 1) / T(K): the most drafter `name` could deliver, every draft accepted."""
