@@ -25,6 +25,8 @@ if not compiled.pure_asked():
     from mypyc.build import mypycify
 
     compiled.record(LOOP)  # the sources compiled: an edited one runs as source until compiled again
+    for _, stray in compiled.strays(LOOP):  # an earlier build's, of a module no longer compiled
+        stray.unlink()
     # (imports outside these modules are read, not checked: silent)
     ext_modules = mypycify(["--ignore-missing-imports", "--follow-imports=silent",
                             *(f"ggufspec/loop/{m}.py" for m in compiled.COMPILED)], group_name=compiled.GROUP)

@@ -111,3 +111,21 @@ def test_stale_names_each_changed_module(tmp_path: Path) -> None:
     (tmp_path / "rounds.py").write_text("# rounds, edited\n")
     assert compiled.stale(tmp_path) == ["rounds"]
     assert not compiled.built(tmp_path)  # sources only
+
+
+def test_a_stray_extension_module_of_a_module_not_compiled_never_runs(tmp_path: Path) -> None:
+    # an earlier build of a longer COMPILED list left lookup's extension module behind: Python
+    # would import it ahead of lookup.py (here it is not even a shared library: the import would fail)
+    shutil.copytree(LOOP.parent, tmp_path / "ggufspec", ignore=shutil.ignore_patterns("__pycache__"))
+    loop = tmp_path / "ggufspec" / "loop"
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (loop / f"lookup{suffix}").write_bytes(b"not a shared library")
+    assert compiled.strays(loop) == [("lookup", loop / f"lookup{suffix}")]
+    code = "import ggufspec.loop.lookup as m; print(m.__file__)"
+    path = os.pathsep.join([str(tmp_path), *(p for p in sys.path if p.endswith("site-packages"))])
+    for pure in ("0", "1"):
+        out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                             cwd=tmp_path, env=_env(PYTHONPATH=path, GGUFSPEC_PURE=pure))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == [str(loop / "lookup.py")]
+    assert compiled.strays(LOOP) == []  # (the install's own folder: none)

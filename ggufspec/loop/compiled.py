@@ -9,6 +9,9 @@ The source runs instead of the compiled modules when
   - `GGUFSPEC_PURE=1` is set (profiling with cProfile, which cannot see inside compiled code);
   - a source file differs from the one compiled (an editable checkout edited or checked out after
     `pip install -e .`): one line on stderr says so, and the next install compiles it again.
+A loop module compiled by an earlier build but not named in `COMPILED` (a build of a longer list,
+or a module since dropped from it) always runs as source: Python would import its stale extension
+module ahead of its .py (`strays`; setup.py deletes them).
 setup.py keeps `compiled_sources.json` (each module's SHA-256, `record`) beside the modules it compiles;
 all of them run from one kind or the other, never a mix (they call each other natively).
 """
@@ -74,16 +77,23 @@ def stale(folder: Path) -> list[str]:
     return [m for m in COMPILED if recorded.get(m) != now[m]]
 
 
-class _Source(importlib.abc.MetaPathFinder):
-    """Finds `ggufspec.loop.<m>` of `COMPILED` as its .py source, ahead of the compiled module."""
+def strays(folder: Path) -> list[tuple[str, Path]]:
+    """(module, file): the extension modules in `folder` of a .py beside them that `COMPILED` does not name."""
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    found = [(p.name[:-len(s)], p) for p in folder.iterdir() for s in suffixes if p.name.endswith(s)]
+    return sorted((m, p) for m, p in found if m not in COMPILED and (folder / f"{m}.py").exists())
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+
+class _Source(importlib.abc.MetaPathFinder):
+    """Finds `ggufspec.loop.<m>` of `names` as its .py source, ahead of the compiled module."""
+
+    def __init__(self, folder: Path, names: Sequence[str] = COMPILED) -> None:
+        self.folder, self.names = folder, frozenset(names)
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
                   ) -> importlib.machinery.ModuleSpec | None:
         package, _, name = fullname.rpartition(".")
-        if package != PACKAGE or name not in COMPILED:
+        if package != PACKAGE or name not in self.names:
             return None
         return importlib.util.spec_from_file_location(fullname, self.folder / f"{name}.py")
 
@@ -91,6 +101,9 @@ class _Source(importlib.abc.MetaPathFinder):
 def choose(folder: Path) -> str:
     """Called once, as `ggufspec.loop` is imported (before any of its modules): 'compiled',
     'source' (none built) or 'source (...)' where the source is made to run instead."""
+    extra = strays(folder)
+    if extra:  # (whatever runs for the others)
+        sys.meta_path.insert(0, _Source(folder, [m for m, _ in extra]))
     if not built(folder):  # (none, or a build that failed part-way: optional extensions)
         if not _present(folder):
             return "source"
