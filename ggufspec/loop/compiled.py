@@ -56,10 +56,16 @@ def record(folder: Path) -> None:
     os.replace(tmp, folder / SOURCES_JSON)
 
 
+def _extensions(folder: Path) -> list[tuple[str, Path]]:
+    """(module, file) for each extension module file in `folder`."""
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    return [(p.name[:-len(s)], p) for p in folder.iterdir() for s in suffixes if p.name.endswith(s)]
+
+
 def _present(folder: Path) -> list[str]:
     """The compiled modules with an extension module in `folder`."""
-    suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    return [m for m in COMPILED if any((folder / f"{m}{s}").exists() for s in suffixes)]
+    found = {m for m, _ in _extensions(folder)}
+    return [m for m in COMPILED if m in found]
 
 
 def built(folder: Path) -> bool:
@@ -79,9 +85,7 @@ def stale(folder: Path) -> list[str]:
 
 def strays(folder: Path) -> list[tuple[str, Path]]:
     """(module, file): the extension modules in `folder` of a .py beside them that `COMPILED` does not name."""
-    suffixes = importlib.machinery.EXTENSION_SUFFIXES
-    found = [(p.name[:-len(s)], p) for p in folder.iterdir() for s in suffixes if p.name.endswith(s)]
-    return sorted((m, p) for m, p in found if m not in COMPILED and (folder / f"{m}.py").exists())
+    return sorted((m, p) for m, p in _extensions(folder) if m not in COMPILED and (folder / f"{m}.py").exists())
 
 
 class _Source(importlib.abc.MetaPathFinder):
