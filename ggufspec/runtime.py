@@ -125,8 +125,12 @@ class SpeculativePair:
         # named by its file; a second draft of the same file gets "#2"
         taken = {d.name for d, *_ in self._drafters.values()}
         name = next(n for n in (path.stem, *(f"{path.stem}#{i}" for i in range(2, 100))) if n not in taken)
+        # its step measured now: the controller's cost of it before a round measures it (one
+        # context per slot where serving in parallel: unmeasured, as before)
+        step_s = ctx.time_step() if self.settings.parallel <= 1 else None
         drafter = ModelDrafter(ctx, name=name, kv_source=self.target_ctx if shared else None,
-                               one_row=pairload.draft_one_row(draft_load, parallel=self.settings.parallel))
+                               one_row=pairload.draft_one_row(draft_load, parallel=self.settings.parallel),
+                               step_s=step_s)
         self._drafters[id(drafter)] = (drafter, path, model, ctx)
         return drafter
 
@@ -274,6 +278,7 @@ class SpeculativePair:
             return ctx
 
         target = new_context(self.target_model, self.target_ctx.settings)
+        target.row_s = self.target_ctx.row_s  # (the same model's rows)
         copy = self._drafter_copy
         return target, tuple(copy(d, target, lambda m: new_context(self._drafters[id(m)][2], m.ctx.settings))
                              for d in drafters)
@@ -391,6 +396,8 @@ def load_pair(
             drafters.append(pair._add_model_drafter(p, draft_infos[p], load))
         pair.drafters = tuple(drafters)
         pair.draft_path = draft_path
+        if drafters and settings.parallel <= 1:  # what a verify row costs, before a round measures it
+            target_ctx.row_s = target_ctx.time_rows()
     except BaseException:
         pair.close()
         raise

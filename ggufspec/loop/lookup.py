@@ -24,6 +24,7 @@ class LookupDrafter:
     name = "lookup"
     free = True
     kv_shared = False
+    step_s: float | None = None
 
     def __init__(self, settings: LookupSettings = LookupSettings()) -> None:
         self.ngram_max = settings.ngram_max
