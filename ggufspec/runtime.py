@@ -278,7 +278,7 @@ class SpeculativePair:
             return ctx
 
         target = new_context(self.target_model, self.target_ctx.settings)
-        target.row_s = self.target_ctx.row_s  # (the same model's rows)
+        target.step_s, target.row_s = self.target_ctx.step_s, self.target_ctx.row_s  # (the same model's)
         copy = self._drafter_copy
         return target, tuple(copy(d, target, lambda m: new_context(self._drafters[id(m)][2], m.ctx.settings))
                              for d in drafters)
@@ -397,7 +397,7 @@ def load_pair(
         pair.drafters = tuple(drafters)
         pair.draft_path = draft_path
         if drafters and settings.parallel <= 1:  # what a verify row costs, before a round measures it
-            target_ctx.row_s = target_ctx.time_rows()
+            target_ctx.step_s, target_ctx.row_s = target_ctx.time_rows()
     except BaseException:
         pair.close()
         raise

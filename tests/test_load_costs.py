@@ -36,7 +36,7 @@ def _first_model_rounds(settings: ControlSettings, *, b: float, row: float = ROW
     for r in range(rounds):
         if r % 64 == 0:
             if know:
-                ctrl.know_costs(steps={"m": b}, row_s=row)
+                ctrl.know_costs(steps={"m": b}, target_s=None, row_s=row)
             wanted = ctrl.wants("m", backlog=40, remaining=64)
             ctrl.begin(prefilled=["m"] if wanted else [], prefill={"m": (40, 40 * 0.1 * b)} if wanted else None)
         c = ctrl.choose(drafters=[Candidate("m")], draft_max=8)
@@ -72,7 +72,7 @@ def test_a_model_that_pays_at_its_load_step_opens_as_before() -> None:
 
 def test_a_hopeless_model_is_not_prefilled_for_the_next_prompt_until_its_retry_is_due() -> None:
     ctrl = DraftController()
-    ctrl.know_costs(steps={"m": SLOW}, row_s=ROW)
+    ctrl.know_costs(steps={"m": SLOW}, target_s=None, row_s=ROW)
     assert ctrl.wants("m", backlog=40, remaining=64)  # the first prompt: nothing measured yet (a)
     ctrl.begin(prefilled=["m"], prefill={"m": (40, 0.004)})
     for _ in range(64):
@@ -90,7 +90,7 @@ def _lookup_first(settings: ControlSettings, *, row_s: float) -> tuple[float, Ch
     """A fresh controller told a verify row's cost at load, a few rounds of the target alone,
     then lookup's first proposal of 6 tokens (its prior curve). Returns V(6) / a and the choice."""
     ctrl = DraftController(settings=settings)
-    ctrl.know_costs(steps={}, row_s=row_s)
+    ctrl.know_costs(steps={}, target_s=None, row_s=row_s)
     for _ in range(4):
         ctrl.choose(drafters=[], draft_max=8)
         ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A))
@@ -110,13 +110,48 @@ def test_a_verify_row_timed_at_load_is_the_least_slope_of_the_verify_line() -> N
 
 def test_a_counted_controller_ignores_the_load_and_a_measured_b_overrides_it() -> None:
     counted = DraftController(timed=False)
-    counted.know_costs(steps={"m": SLOW}, row_s=ROW)
+    counted.know_costs(steps={"m": SLOW}, target_s=None, row_s=ROW)
     assert counted.per_token_s("m") is None  # not even registered: counts alone
     assert counted.verify_s(6) == pytest.approx(1.0 + 0.3 + 0.2 * 6)  # nominal rows, not the load's
     ctrl = DraftController(settings=replace(ControlSettings(), calibrate=1))
-    ctrl.know_costs(steps={"m": SLOW}, row_s=ROW)
+    ctrl.know_costs(steps={"m": SLOW}, target_s=None, row_s=ROW)
     ctrl.observe(Round(choice=Choice(None, 0), drafted=0, accepted=0, emitted=1, round_s=A))
     assert ctrl.per_token_s("m") == pytest.approx(SLOW)
     ctrl.observe(Round(choice=Choice("m", 3), drafted=3, accepted=1, emitted=2, round_s=_round_s(3, 0.004),
                        draft_s=0.012, draft_first_s=0.004, draft_calls=3))
     assert ctrl.per_token_s("m") == pytest.approx(0.004)
+
+
+def _opening_after_a_stall(settings: ControlSettings, *, first: list[float]) -> list[Choice]:
+    """A fresh controller told the target's step (A) and a paying model's at load, the model
+    prefilled (it opens), the first rounds of the target alone taking `first` seconds (a stall:
+    a GC pause, a cold cache); then A. Returns the first 5 choices."""
+    ctrl = DraftController(settings=settings)
+    ctrl.know_costs(steps={"m": FAST}, target_s=A * 0.9, row_s=0.1 * A)
+    ctrl.begin(prefilled=["m"], prefill={"m": (40, 0.004)})
+    out, slow = [], list(first)
+    for _ in range(5):
+        c = ctrl.choose(drafters=[Candidate("m")], draft_max=8)
+        out.append(c)
+        k = c.draft_len
+        round_s = (slow.pop(0) if slow else A) if k == 0 else _round_s(k, FAST, 0.1 * A)
+        ctrl.observe(Round(choice=c, drafted=k, accepted=k, emitted=k + 1, round_s=round_s, draft_s=k * FAST))
+    return out
+
+
+def test_a_first_round_of_the_target_alone_far_over_its_load_step_is_measured_again() -> None:
+    # a fresh controller's a is its first samples' minimum: a stall there (3 a) made the target
+    # alone look 3x slower than it is, and a fresh controller drafted a whole no-pay generation
+    # (docs/bench/load-costs-2026-12-07). With the target's step at load, that sample is suspect
+    # and the target alone runs again before the opening.
+    on = _opening_after_a_stall(ControlSettings(), first=[3 * A])
+    off = _opening_after_a_stall(ControlSettings(load_costs=False), first=[3 * A])
+    assert [c.drafter for c in on[:2]] == [None, None] and on[2].drafter == "m"
+    assert [c.drafter for c in off[:2]] == [None, "m"]
+    # where every first round costs over twice the load's step (a long context), at most
+    # `calibrate` of them re-measure: then the model runs
+    slow = _opening_after_a_stall(ControlSettings(), first=[2.5 * A] * 5)
+    assert [c.drafter for c in slow] == [None, None, None, "m", "m"]
+    # a first round near the load's step (a's Python over its decode) changes nothing
+    normal = _opening_after_a_stall(ControlSettings(), first=[1.2 * A])
+    assert [c.drafter for c in normal[:2]] == [None, "m"]

@@ -112,7 +112,9 @@ class Context:
             self._batch.n_seq_id[i] = 1
             self._batch.seq_id[i][0] = 0
         self._row_views = RowViews(model.n_vocab)
-        # `Target.row_s`: a verify row's seconds measured at load (`time_rows`; None: not measured)
+        # `Target.step_s`, `Target.row_s`: a one-token decode's and a verify row's seconds measured
+        # at load (`time_rows`; None: not measured)
+        self.step_s: float | None = None
         self.row_s: float | None = None
         # llama_synchronize after a decode: not where every device is the CPU's (decodes return done)
         self._sync = not devices.cpu_only()
@@ -200,11 +202,11 @@ class Context:
             self.clear()
         return best
 
-    def time_rows(self, *, rows: int = 5) -> float:
-        """Seconds a verify row beyond the first costs, measured at load: (T(rows) - T(1)) / (rows - 1),
-        `time_step`'s (at least 0)."""
+    def time_rows(self, *, rows: int = 5) -> tuple[float, float]:
+        """(T(1), the seconds a verify row beyond the first costs, (T(rows) - T(1)) / (rows - 1), at
+        least 0): `time_step`'s, measured at load."""
         one = self.time_step()
-        return max(0.0, (self.time_step(rows=rows) - one) / (rows - 1))
+        return one, max(0.0, (self.time_step(rows=rows) - one) / (rows - 1))
 
     def logits(self, i: int = -1) -> np.ndarray:
         """Logits (n_vocab,) float32 of batch row i of the last decode: a view, not a copy.

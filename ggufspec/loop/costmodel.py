@@ -72,8 +72,8 @@ class CostModel:
         if not timed:
             self._base.add(0, 1.0)  # counted: a round of the target alone is the unit, no calibration
         self._sources: dict[str, Realized] = {}
-        # rule switch_cost: the target's rows in the last two rounds (0: a prefill), the last drafting
-        # round's source (charged its way back to one row), and S, what that costs over a (samples; the sum)
+        # rule switch_cost: the target's rows in the last two rounds (0: a prefill), the last drafting round's
+        # source (charged its way back to one row), and S, what that costs over a (samples; the sum)
         self._rows: tuple[int, int] = (0, 0)
         self._switched_by: str | None = None
         self._switch = Samples(settings.window)
@@ -83,7 +83,7 @@ class CostModel:
         self._run: tuple[str | None, int] = (None, 0)
         self._drafters: dict[str, DrafterModel] = {}
         self._load: dict[str, tuple[float, int]] = {}  # rule `load_costs`: model -> (its step at load, round told)
-        self._load_row = 0.0  # ... a verify row's seconds at load (0: unknown)
+        self._load_a = self._load_row = 0.0  # ... the target's step and a verify row's, seconds (0: unknown)
 
     def replay(self) -> None:
         """Observe the rounds queued for later, in order, each at its own round number."""
@@ -109,14 +109,14 @@ class CostModel:
         for name, value in state.items():
             setattr(self, name, value)
 
-    def know_costs(self, *, steps: Mapping[str, float], row_s: float | None) -> None:
-        """What decodes cost when the models loaded (rule `load_costs`): each draft model's step,
-        `steps`, its b until measured, and a verify row, `row_s`, the verify line's least slope."""
+    def know_costs(self, *, steps: Mapping[str, float], target_s: float | None, row_s: float | None) -> None:
+        """What decodes cost when the models loaded (rule `load_costs`): each draft model's step, `steps` (its
+        b until measured), the target's, `target_s` (a's first samples: control), a verify row, `row_s`."""
         if self.timed and self.settings.load_costs:  # (a counted controller: the priors)
             for name, seconds in steps.items():
                 self._model(name, False)
                 self._load[name] = (seconds, self._load[name][1] if name in self._load else self.round)
-            self._load_row = row_s or self._load_row
+            self._load_a, self._load_row = target_s or self._load_a, row_s or self._load_row
             self._memo.clear()
 
     def _observe(self, r: Round) -> None:
