@@ -125,12 +125,8 @@ class SpeculativePair:
         # named by its file; a second draft of the same file gets "#2"
         taken = {d.name for d, *_ in self._drafters.values()}
         name = next(n for n in (path.stem, *(f"{path.stem}#{i}" for i in range(2, 100))) if n not in taken)
-        # its step measured now: the controller's cost of it before a round measures it (one
-        # context per slot where serving in parallel: unmeasured, as before)
-        step_s = ctx.time_step() if self.settings.parallel <= 1 else None
         drafter = ModelDrafter(ctx, name=name, kv_source=self.target_ctx if shared else None,
-                               one_row=pairload.draft_one_row(draft_load, parallel=self.settings.parallel),
-                               step_s=step_s)
+                               one_row=pairload.draft_one_row(draft_load, parallel=self.settings.parallel))
         self._drafters[id(drafter)] = (drafter, path, model, ctx)
         return drafter
 
@@ -278,7 +274,6 @@ class SpeculativePair:
             return ctx
 
         target = new_context(self.target_model, self.target_ctx.settings)
-        target.step_s, target.row_s = self.target_ctx.step_s, self.target_ctx.row_s  # (the same model's)
         copy = self._drafter_copy
         return target, tuple(copy(d, target, lambda m: new_context(self._drafters[id(m)][2], m.ctx.settings))
                              for d in drafters)
@@ -396,8 +391,6 @@ def load_pair(
             drafters.append(pair._add_model_drafter(p, draft_infos[p], load))
         pair.drafters = tuple(drafters)
         pair.draft_path = draft_path
-        if drafters and settings.parallel <= 1:  # what a verify row costs, before a round measures it
-            target_ctx.step_s, target_ctx.row_s = target_ctx.time_rows()
     except BaseException:
         pair.close()
         raise

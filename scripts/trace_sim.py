@@ -643,7 +643,6 @@ class TraceDrafter:
     name = MODEL
     free = False
     grades = ()
-    step_s = None
 
     def __init__(self, r: Replayed, sim: ReplayClock, costs: Costs, slow: list[int] | None = None, *,
                  own: bool = False) -> None:

@@ -31,9 +31,8 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) ->
 
 
 def test_json_with_compare_reports_every_stat(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
-    # always drafting: the tiny models' steps cost alike, so the default may leave the draft out
     proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", str(tiny_draft_q8), "-p", "Once upon a time",
-                    "-n", "24", "--threads", "1", "--ctx", "256", "--json", "--compare", "--always-draft")
+                    "-n", "24", "--threads", "1", "--ctx", "256", "--json", "--compare")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert set(out["stats"]) >= {
@@ -48,10 +47,9 @@ def test_json_with_compare_reports_every_stat(tiny_target_q8: Path, tiny_draft_q
 
 
 def test_streams_text_and_colours_by_provenance(tiny_target_q8: Path) -> None:
-    # the target as its own draft: every drafted token is accepted (green) or a bonus (blue); always
-    # drafting (a draft as slow as the target cannot pay: the default may leave it out from the start)
+    # the target as its own draft: every drafted token is accepted (green) or a bonus (blue)
     proc = ggufspec("run", "--target", str(tiny_target_q8), "--draft", str(tiny_target_q8), "-p", "hello",
-                    "-n", "16", "--threads", "1", "--ctx", "256", "-v", "--always-draft")
+                    "-n", "16", "--threads", "1", "--ctx", "256", "-v")
     assert proc.returncode == 0, proc.stderr
     assert f"accepted from {tiny_target_q8.stem}" in proc.stdout  # the legend names the drafter
     assert "accept rate" in proc.stderr and "100.0%" in proc.stderr

@@ -302,8 +302,7 @@ def test_forks_generate_beside_the_pair_without_touching_its_caches(tiny_target_
     try:
         a = pair.encode(messages=[{"role": "user", "content": PROMPTS[0][1]}])
         b = pair.encode(prompt=PROMPTS[7][1])
-        # always drafting: tiny models' steps cost alike, so the default could leave the draft out
-        spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=4, always_draft=True))
+        spec = SpeculativeSettings(length=DraftLengthSettings(draft_max=4))
         alone_a = pair.generate(prompt_tokens=a, max_tokens=40, drafters=()).run().tokens
         alone_b = pair.generate(prompt_tokens=b, max_tokens=40, drafters=()).run().tokens
         lookup = LookupDrafter()
@@ -322,30 +321,5 @@ def test_forks_generate_beside_the_pair_without_touching_its_caches(tiny_target_
         assert list(pair.target_ctx.tokens[: len(a)]) == a and list(target.tokens[: len(b)]) == b
         with pytest.raises(ValueError, match="not one this pair loaded"):
             pair.fork([ModelDrafter(target, name="stranger")])
-    finally:
-        pair.close()
-
-
-def test_load_times_the_draft_step_and_a_verify_row_and_generations_tell_the_controller(tiny_target_q8,
-                                                                                        tiny_draft_q8) -> None:
-    """Rule `load_costs` on the real path: the pair times its draft model's one-token decode, the
-    target's and a verify row when it loads; a fork keeps them; a generation tells its controller,
-    whose b for the model is the load's until a round measures it."""
-    from ggufspec.loop.control import DraftController
-
-    pair = _open(tiny_target_q8, tiny_draft_q8)
-    try:
-        model = pair.drafters[0]
-        assert isinstance(model, ModelDrafter) and model.step_s is not None and 0 < model.step_s < 1
-        assert pair.target_ctx.row_s is not None and 0 <= pair.target_ctx.row_s < 1
-        assert pair.target_ctx.step_s is not None and 0 < pair.target_ctx.step_s < 1
-        assert pair.target_ctx.n_past == 0 and model.ctx.n_past == 0  # the timing left the caches empty
-        target, copies = pair.fork(pair.drafters)
-        assert (target.step_s, target.row_s) == (pair.target_ctx.step_s, pair.target_ctx.row_s)
-        assert copies[0].step_s == model.step_s
-        ctrl = DraftController()
-        prompt = pair.encode(prompt=PROMPTS[0][1])
-        pair.generate(prompt_tokens=prompt, max_tokens=2, controller=ctrl).run()  # a prefill, one round of the target alone
-        assert ctrl.per_token_s(model.name) == pytest.approx(model.step_s)
     finally:
         pair.close()

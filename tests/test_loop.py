@@ -220,7 +220,6 @@ class ScriptedDrafter:
     free = False
     grades = ()
     kv_shared = False
-    step_s = None
 
     def __init__(self, lm, wrong_at: Sequence[int | None]) -> None:
         self.lm, self.wrong_at, self.asked = lm, list(wrong_at), []

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import math
-import time
 from typing import Literal, Sequence
 
 import numpy as np
@@ -112,10 +110,6 @@ class Context:
             self._batch.n_seq_id[i] = 1
             self._batch.seq_id[i][0] = 0
         self._row_views = RowViews(model.n_vocab)
-        # `Target.step_s`, `Target.row_s`: a one-token decode's and a verify row's seconds measured
-        # at load (`time_rows`; None: not measured)
-        self.step_s: float | None = None
-        self.row_s: float | None = None
         # llama_synchronize after a decode: not where every device is the CPU's (decodes return done)
         self._sync = not devices.cpu_only()
         # `Target.asynchronous`: a decode may return before the device is done (a GPU's, an RPC
@@ -185,28 +179,6 @@ class Context:
         tok = self.model.bos if self.model.bos >= 0 else 0
         self.decode([tok, tok], logits="all")
         self.clear()
-
-    def time_step(self, *, rows: int = 1, tries: int = 2) -> float:
-        """Seconds of one decode of `rows` tokens with every row's logits, the fastest of `tries`
-        on an empty cache (emptied again after): what a draft model's step and a target's verify
-        rows cost, measured at load, before a round measures them (ggufspec.loop.costmodel, rule
-        `load_costs`). Call after `warmup`. At position 0 a row attends to nothing, so it is no
-        dearer than inside a generation."""
-        tok = self.model.bos if self.model.bos >= 0 else 0
-        best = math.inf
-        for _ in range(max(1, tries)):
-            t = time.perf_counter()
-            self.decode([tok] * rows, logits="all")
-            self.logits()  # (waits for the device)
-            best = min(best, time.perf_counter() - t)
-            self.clear()
-        return best
-
-    def time_rows(self, *, rows: int = 5) -> tuple[float, float]:
-        """(T(1), the seconds a verify row beyond the first costs, (T(rows) - T(1)) / (rows - 1), at
-        least 0): `time_step`'s, measured at load."""
-        one = self.time_step()
-        return one, max(0.0, (self.time_step(rows=rows) - one) / (rows - 1))
 
     def logits(self, i: int = -1) -> np.ndarray:
         """Logits (n_vocab,) float32 of batch row i of the last decode: a view, not a copy.

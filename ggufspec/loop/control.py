@@ -223,10 +223,6 @@ class DraftController(Extensions):
                 self._switch_acc = 0.0
         if drafted == 0 and not switched:  # measures a (an empty draft: not the target's cost)
             self._base.add(self.round, vp)
-            # rule load_costs: one of a's first samples over twice the target's step at load is
-            # suspect (a stall: a's minimum would keep it, the target alone look slow): again
-            if len(self._base) <= st.calibrate and self._load_a and vp > 2.0 * self._load_a:
-                self._recheck = True
         elif drafted > 0 and a is not None:  # bounds a from above
             self._bound.add(self.round, vp)
         if drafted > 0 and name is not None:

@@ -68,7 +68,6 @@ class ControlSettings:
     extend_k: bool = True  # a model's K priced with the continuation a free drafter appends to its full proposals
     prefill_rivals: bool = True  # a prefill judged against the target alone and the draft models (off: a free drafter's grades too)
     prefill_slope: bool = True  # the verify line's prior slope at least what a token of the target's prompt prefill costs
-    load_costs: bool = True  # a draft model's step measured at load is its b until a round measures it (off: 0.25 a)
     # a target on a CUDA GPU (on where one runs it; off: a CPU's decode costs what its rows do): a
     # decode whose shape differs from the last runs without the backend's graph, and so does the
     # next (which captures it): a only from rounds of the target alone after two, and what such a

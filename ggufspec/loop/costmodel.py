@@ -10,42 +10,54 @@ V(K): a round verifying K drafts, drafting excluded, whoever proposed them. (v0,
 weighted least-squares line through the median verify-and-Python time of each K measured lately
 (weight min(n, 4)), with the prior v0 = 0.3 a, v = max(0.2 a, p) as two pseudo-samples of weight
 `verify_prior_weight` (1/4) at K = 1 and K = 8. Not linear from 0: a verify's first extra row
-costs more than the next ones on a CPU. p: the dearer of a token of the target's prompt prefills
-(their low median, prompts of >= 16 new tokens: rule `prefill_slope`; a row of a small verify batch
-costs no less) and a verify row timed at load (rule `load_costs`). Where rows are compute-bound (a
-quantized target on a CPU) the first dear proposals are so priced near what they cost; where
-p < 0.2 a (a GPU, an F32 CPU target) nothing changes.
+costs more than the next ones on a CPU. Rule `prefill_slope`: p is the low median of the target's
+prompt prefills, seconds a token (prompts of >= 16 new tokens). A row of a small verify batch costs
+no less than a token of a large prefill (the same matrix products, less work to share them), so
+where rows are compute-bound (a quantized target on a CPU: prefill 0.40 a a token, verify rows
+0.58 a, on a 2-core EPYC) the prior starts there instead of at 0.2 a, and the first dear proposals
+are priced near what they cost; on a GPU or an F32 CPU target p < 0.2 a and nothing changes.
 
 Rule `measured_verify`: V(K) is the line moved towards the low median m measured at K over its
 n samples of the last 2 `retry` rounds, as far as m stands out of their noise (positive-part
 James-Stein: d = m - line, s the median's standard error from the verifies' relative MAD pooled
-over every K, V = line + d max(0, 1 - s^2 / d^2)): a verify's seconds are not linear in its rows
-(the kernels change with the batch's shape); where they are, the deviations are noise and the line
-stays. A K not run for 2 `retry` rounds is priced by the line again; an extension's row at its slope.
+over every K, V = line + d max(0, 1 - s^2 / d^2)). A verify's seconds are not linear in its rows:
+the kernels change with the batch's shape (a CPU's 5 rows may cost as much as its 8, and 8 less
+than 7), and a line through them prices the K run most cheap and the others dear, so the K chosen
+was not the one whose rounds made most a second. Where the rows are linear the deviations are
+noise and the line, which pools every K, stays (measured per K, they moved the K chosen at random:
+docs/bench/controller.md). A K not run for 2 `retry` rounds is priced by the line again, so a few
+slow samples cannot keep a K out for longer. The extension's row stays the line's slope.
 
-Expiry (`expire`, beyond a hopeless model's retry interval): a drafter's timing samples (b, f, u,
-its prefill's) and the verify line's are forgotten `expire` rounds after they were taken (a never):
-costs are measured only where they run, and a few slow samples could keep a source, or a K, out.
+Expiry (`expire`): a drafter's timing samples (b, f, u, its prefill's) and the verify line's are
+forgotten `expire` rounds after they were taken: the estimate falls back to its prior and the next
+retry measures it anew (a, measured every few rounds, never expires). What drafting costs is
+measured only when it runs, and the low median keeps a few slow samples as long as nothing newer
+outvotes them. Without expiry, samples taken in a busy minute (several processes warming at once)
+kept the default pair on the target alone for good: judged hopeless, the model's retries came
+thousands of rounds apart; a slow b made K = 1 its best length, which never measures b again; a
+slow point at K = 8 bent the verify line so that K = 8 never ran again. `expire` is set beyond the
+hopeless retries' interval where nothing pays (the measurements: docs/bench/controller.md).
 
-D_d(K): drafter d's seconds for K tokens, K decode calls: b_d the low median of the last `window`
-calls after a round's first (their minimum while fewer than FEW_B: rule `probe_b`; none measured:
-the one-token decode the model took at load, rule `load_costs`, else 0.25 a), f_d of its first
-call (rule `first_call`: it imports the target's cache and decodes what the last round left; off:
-D = K b, b the draft's seconds over its tokens). A free drafter (prompt lookup) costs b = 0.
+D_d(K): drafter d's seconds for K tokens, K decode calls: b_d the low median of the last
+`window` calls after a round's first (their minimum while fewer than FEW_B: rule `probe_b`), f_d
+of its first call (rule `first_call`: the first call imports the target's cache and decodes what
+the last round left; off: D = K b, b the draft's seconds over its tokens). A free drafter (prompt
+lookup) costs b = 0.
+
 u_d: a draft model's catch-up seconds a token of history it missed (median; prior 0.3 a).
 
 The ceiling of a draft model, max_K (K + 1) / T(K), is its rate were every draft accepted
 (rule `hopeless`, ggufspec.loop.exploration). The prior rate max_K E_alpha0(K) / T(K) prices it
 at the prior accept rate alpha0 (E(K) = sum_{i=0..K} alpha0^i).
 
-With `timed=False` the costs are nominal (a = 1, V(K) = 1.3 + 0.2 K, b = 0.25 for a model and 0 for
-a free drafter, catch-up 0.3 a token): counts alone. Measurements: docs/bench/controller.md.
+With `timed=False` the costs are nominal (a = 1, V(K) = 1.3 + 0.2 K, b = 0.25 for a model and 0
+for a free drafter, catch-up 0.3 a token): the policy is driven by counts only.
+Measurements behind each choice: docs/bench/controller.md.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
 
 from mypy_extensions import mypyc_attr
 
@@ -67,13 +79,15 @@ class CostModel:
         self._verify: dict[int, Samples] = {}  # K -> verify-and-Python seconds of rounds of K drafts
         self._prefill_row = Samples(settings.window)  # the target's prompt prefills, seconds a token (`prefill_slope`)
         self._memo: dict[tuple, object] = {}  # this state's estimates (`per_state`)
-        # rounds not yet observed (a hold's): (round number, round); every estimate replays them first
+        # rounds not yet observed (a hold's, ggufspec.loop.hold): (round number, round); every
+        # estimate replays them first (`per_state`)
         self._pending: list[tuple[int, Round]] = []
         if not timed:
             self._base.add(0, 1.0)  # counted: a round of the target alone is the unit, no calibration
         self._sources: dict[str, Realized] = {}
-        # rule switch_cost: the target's rows in the last two rounds (0: a prefill), the last drafting round's
-        # source (charged its way back to one row), and S, what that costs over a (samples; the sum)
+        # rule switch_cost: the target's rows in the last two rounds (0: a prefill), the source of
+        # the last drafting round (its way back to one row is charged to it), and S, what that way
+        # back costs over a (samples; the one being summed)
         self._rows: tuple[int, int] = (0, 0)
         self._switched_by: str | None = None
         self._switch = Samples(settings.window)
@@ -82,8 +96,6 @@ class CostModel:
         self._run_lengths: dict[str, Samples] = {}
         self._run: tuple[str | None, int] = (None, 0)
         self._drafters: dict[str, DrafterModel] = {}
-        self._load: dict[str, tuple[float, int]] = {}  # rule `load_costs`: model -> (its step at load, round told)
-        self._load_a = self._load_row = 0.0  # ... the target's step and a verify row's, seconds (0: unknown)
 
     def replay(self) -> None:
         """Observe the rounds queued for later, in order, each at its own round number."""
@@ -98,7 +110,8 @@ class CostModel:
         """The estimates as a pickle keeps them (ggufspec.remember): the held rounds observed
         first (the state they lead to, not the queue), this state's memo left out."""
         self.replay()
-        # an interpreted instance's attributes; a compiled one's are named in __mypyc_attrs__ (no __dict__)
+        # the source's attributes, or an interpreted subclass's own; compiled (mypyc), the class's
+        # attributes are named in __mypyc_attrs__ (its instance has no __dict__ for them)
         state = dict(vars(self)) if hasattr(self, "__dict__") else {}
         for name in getattr(self, "__mypyc_attrs__", ()):
             if name != "__dict__" and hasattr(self, name):
@@ -108,16 +121,6 @@ class CostModel:
     def __setstate__(self, state: dict[str, object]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
-
-    def know_costs(self, *, steps: Mapping[str, float], target_s: float | None, row_s: float | None) -> None:
-        """What decodes cost when the models loaded (rule `load_costs`): each draft model's step, `steps` (its
-        b until measured), the target's, `target_s` (a's first samples: control), a verify row, `row_s`."""
-        if self.timed and self.settings.load_costs:  # (a counted controller: the priors)
-            for name, seconds in steps.items():
-                self._model(name, False)
-                self._load[name] = (seconds, self._load[name][1] if name in self._load else self.round)
-            self._load_a, self._load_row = target_s or self._load_a, row_s or self._load_row
-            self._memo.clear()
 
     def _observe(self, r: Round) -> None:
         raise NotImplementedError  # ggufspec.loop.control.DraftController
@@ -192,8 +195,7 @@ class CostModel:
         w = self.settings.verify_prior_weight
         fresh = self._fresh()
         p = self._prefill_row.median(self.round, 1 << 30) if self.settings.prefill_slope else None
-        p = max(p or 0.0, self._load_row)
-        if p > a * V1:  # rules prefill_slope, load_costs: rows no cheaper than a prefill's, or the load's
+        if p is not None and p > a * V1:  # rule prefill_slope: rows no cheaper than a prefill's
             pts = [(1.0, a * V0 + p, w), (8.0, a * V0 + 8 * p, w)]  # (K, V(K) - a, weight)
         else:
             pts = [(1.0, a * (V0 + V1), w), (8.0, a * (V0 + 8 * V1), w)]
@@ -210,9 +212,7 @@ class CostModel:
             return None
         few = self.settings.probe_b and len(m.per_token) < FEW_B  # a few measurements: the fastest (rule probe_b)
         b = self._recent(m.per_token, self._fresh(), low=few)
-        if b is None:  # unmeasured: the step measured at load (rule `load_costs`), else the prior
-            b = self._load[name][0] if name in self._load else m.b_prior * a
-        return b
+        return b if b is not None else m.b_prior * a
 
     def _first_s(self, name: str, b: float) -> float:
         """f_d: a round's first draft call, seconds (b_d until one was measured, or rule off)."""

@@ -48,9 +48,6 @@ class Drafter(Protocol):
     free: bool
     kv_shared: bool
     grades: tuple[int, ...]  # a free drafter's: the grades its proposals may have (`Draft.grade`); a model's: ()
-    # a draft model's one-token decode, seconds, measured at load: its step before a round
-    # measured it (ggufspec.loop.costmodel, rule `load_costs`); None: not measured, or free
-    step_s: float | None
 
     def prefill(self, prompt: Sequence[int]) -> float:
         """Prepare for a new sequence; returns seconds spent decoding."""

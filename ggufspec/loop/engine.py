@@ -194,9 +194,8 @@ def _steps(
     cached = _prefill_target(target, prompt, drafters, cache_prompt=cache_prompt)
     pending: Emitted = [(pick(target.logits(-1), sampling, rng), Source.TARGET, None)]
     target_prefill = (len(prompt) - cached, clock.now() - t_start)  # (the logits read waited for it)
-    load = (getattr(target, "step_s", None), getattr(target, "row_s", None))  # (optional `Target` attributes)
     _prefill_drafters(prompt, drafters, controller, drafting=drafting, remaining=min(max_tokens, target.n_ctx - len(prompt)),
-                      target_prefill=target_prefill, load=load)
+                      target_prefill=target_prefill)
     t_first = clock.now()  # the prompt's time: the target's prefill and the draft models'
     kd = 0  # tokens the round that produced `pending` drafted
     try:
@@ -254,18 +253,14 @@ def _prefill_target(target: Target, prompt: list[int], drafters: tuple[Drafter, 
 def _prefill_drafters(
     prompt: list[int], drafters: tuple[Drafter, ...], controller: DraftController | None, *,
     drafting: Callable[[], bool] | None, remaining: int, target_prefill: tuple[int, float] | None = None,
-    load: tuple[float | None, float | None] = (None, None),
 ) -> None:
     """Prefill the drafters that may run soon with the prompt, and start the controller's generation
-    (`target_prefill`: the target's prompt tokens decoded and seconds; `load`: `Target.step_s`, `Target.row_s`)."""
+    (`target_prefill`: the target's prompt tokens decoded and seconds)."""
     # a server slot that starts while another generates runs the target alone (`drafting`): its
     # draft models' prefill would be paid for nothing (measured: ~19% of the decode time with 4
     # clients); they catch up if the slot drafts later
     drafting_now = drafting is None or drafting()
     prefilled: dict[str, tuple[int, float]] = {}  # draft model -> (tokens, seconds) of its prefill
-    if controller is not None:  # what the models' decodes cost at load (before `wants` judges a model)
-        controller.know_costs(steps={d.name: d.step_s for d in drafters if d.step_s is not None},
-                              target_s=load[0], row_s=load[1])
     for d in drafters:
         # a model drafter keeps what its cache shares with the prompt; one the controller does
         # not expect to run soon is not prefilled (it catches up if it is chosen after all)

@@ -37,13 +37,8 @@ import included, against the target alone's rounds between two retries): where a
 costs several target steps, retries every `retry` x `spacing` rounds would cost a few percent of
 the time where nothing pays (docs/bench/controller.md).
 
-Load step (rule `load_costs`): a draft model's one-token decode, timed when it loaded, is its b until
-a round measures one (ggufspec.loop.costmodel), so a model slower than that ceiling can beat is
-hopeless before it ran: it is neither opened nor retried at once, but counts as run in the round
-it was told, its first retry a hopeless interval later (docs/bench/controller.md).
-
-Prefill (`wants`): a draft model is prefilled with a new prompt when never run (unless hopeless at
-its load step), the leader, within `close` of it, or due for a retry, and its expected gain pays for the prefill (ggufspec.loop.catchup);
+Prefill (`wants`): a draft model is prefilled with a new prompt when never run, the leader, within
+`close` of it, or due for a retry, and its expected gain pays for the prefill (ggufspec.loop.catchup);
 rule `prefill_rivals`: leader, gain and ceiling judged among the sources that run at any position,
 the target alone and the draft models (a free drafter's grade runs only where the history
 matches; judged against lookup's grade 3 after a prompt that ended in its matches, the 1B
@@ -92,8 +87,7 @@ class Exploration(CatchUp):
 
     def _hopeless(self, name: str, rates: Mapping[str, float], *, lo: int, cap: int) -> bool:
         """Draft model `name`'s ceiling does not beat the best other source (unmeasured: no)."""
-        m = self._drafters[name] if name != NONE else None
-        if not self.settings.hopeless or m is None or m.free or not (m.per_token or name in self._load):
+        if not self.settings.hopeless or name == NONE or self._drafters[name].free or not self._drafters[name].per_token:
             return False
         best = max((r for n, r in rates.items() if n != name), default=0.0)
         ceiling = self.ceiling_rate(name, lo=lo, cap=cap)
@@ -101,20 +95,12 @@ class Exploration(CatchUp):
 
     def _wait(self, name: str) -> float:
         """How due source `name` is for a retry: >= 1 due (inf: never run; 0: a free drafter)."""
+        s = self._source(name)
         if name != NONE and self._drafters[name].free:
             return 0.0
-        last = self._since(name)
-        if last is None:
+        if s.last is None:
             return math.inf
-        return (self.round - last) / self._interval(name)
-
-    def _since(self, name: str) -> int | None:
-        """The round source `name` last ran (None: never). Rule `load_costs`: a draft model never
-        run, hopeless at the step it took at load, counts as run in the round that was told."""
-        last = self._source(name).last
-        if last is not None:
-            return last
-        return self._load[name][1] if name in self._load and name in self._hopeless_now else None
+        return (self.round - s.last) / self._interval(name)
 
     def _interval(self, name: str) -> float:
         """Rounds between two retries of source `name`, one that has run and is not free: retry x_s."""
@@ -175,25 +161,22 @@ class Exploration(CatchUp):
         the prompt tokens it lacks; `remaining`: the tokens the generation may emit."""
         self.replay()
         s = self._sources.get(name)
-        last = s.last if s is not None else None
-        if last is None and name not in self._load:
+        if s is None or s.last is None:
             return True
         # judged against the sources that run wherever the history is: a free drafter's grade runs
         # only where it matches, and a model prefilled for the rest pays there too
         rates = self._anywhere(self._rates)
         hopeless = (self._hopeless(name, rates, lo=1, cap=self._caps.get(name, 1)) if self.settings.prefill_rivals
                     else name in self._hopeless_now)
-        if last is None:  # never run, its step measured at load (rule `load_costs`)
-            return not hopeless or self.round - self._load[name][1] >= self._hopeless_interval(name)
         if hopeless:  # no prefill for a model that cannot pay until its rare retry
-            return self.round - last >= self._hopeless_interval(name)
+            return self.round - s.last >= self._hopeless_interval(name)
         leader = bool(rates) and name == max(rates, key=lambda n: rates[n])
-        due = self.round - last >= self.settings.retry
+        due = self.round - s.last >= self.settings.retry
         best = max(rates.values(), default=0.0)
         close = rates.get(name, 0.0) >= self.settings.close * best
         if not (leader or due or close):
             return False
-        if self._prefills(name, last, leader, best, backlog=backlog, remaining=remaining):
+        if self._prefills(name, s.last, leader, best, backlog=backlog, remaining=remaining):
             if due and self.settings.full_retry:  # rule `full_retry`: a retry's full opening
                 self._exploring.add(name)
             return True

@@ -162,7 +162,7 @@ class Hold(Exploration):
             return
         rounds = st.hold
         for n in rates:
-            last = self._since(n)
+            last = self._source(n).last
             if n == NONE or self._drafters[n].free or last is None:
                 continue  # (a free drafter is never retried)
             due_in = last + self._interval(n) - self.round  # rounds until it is due (ends the hold before)

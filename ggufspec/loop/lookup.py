@@ -24,7 +24,6 @@ class LookupDrafter:
     name = "lookup"
     free = True
     kv_shared = False
-    step_s: float | None = None
 
     def __init__(self, settings: LookupSettings = LookupSettings()) -> None:
         self.ngram_max = settings.ngram_max

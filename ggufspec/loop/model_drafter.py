@@ -50,10 +50,9 @@ class ModelDrafter:
     grades = ()
 
     def __init__(self, context: Target, *, name: str = "model", kv_source: KVSource | None = None,
-                 one_row: bool = False, step_s: float | None = None) -> None:
+                 one_row: bool = False) -> None:
         self.ctx = context  # the draft model's context (llama.Context, or a fake in tests)
         self.name = name
-        self.step_s = step_s  # a one-token decode measured at load (`Drafter.step_s`)
         self.kv_source = kv_source
         # one_row: the 2 tokens a fully accepted round leaves go in as two one-row decodes, each
         # with its logits row, so every drafting decode has the same graph. For a draft on a GPU
@@ -72,7 +71,7 @@ class ModelDrafter:
 
     def copy(self, context: Target, *, kv_source: KVSource | None) -> ModelDrafter:
         """This drafter (its name and settings) on another context of the same model."""
-        return ModelDrafter(context, name=self.name, kv_source=kv_source, one_row=self.one_row, step_s=self.step_s)
+        return ModelDrafter(context, name=self.name, kv_source=kv_source, one_row=self.one_row)
 
     def continue_after(self, history: Sequence[int], drafts: Sequence[int], *, draft_len: int) -> Draft:
         return Draft((), ())  # a model's continuation is its next round: drafting costs

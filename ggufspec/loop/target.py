@@ -43,11 +43,6 @@ class Target(Protocol):
     # loop then does its bookkeeping in between (ggufspec.loop.round_runner). Optional: a Target
     # without it is taken as synchronous.
     asynchronous: bool
-    # seconds a one-token decode and a verify row beyond the first cost, measured when the model
-    # loaded (the draft controller's rule `load_costs`). Optional: a Target without them, or None,
-    # is not measured.
-    step_s: float | None
-    row_s: float | None
 
     @property
     def tokens(self) -> Sequence[int]:
