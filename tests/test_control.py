@@ -155,6 +155,52 @@ def test_one_stalled_round_does_not_condemn_a_source() -> None:
     assert share(choices[1:], "m") > 0.9
 
 
+def _timed_rounds(ctrl: DraftController, rounds: int, *, rng: np.random.Generator, stall: float, a: float,
+                  row: float, b: float, alpha: float) -> list[str | None]:
+    """Rounds with a verify of K + 1 rows costing a + K row and our Python 0.3 ms, except round
+    0's: `stall` seconds. Returns who drafted each round."""
+    out = []
+    for r in range(rounds):
+        c = ctrl.choose(drafters=[Candidate("m")], draft_max=8, allow_none=True)
+        k = c.draft_len if c.drafter is not None else 0
+        acc = _kept(rng, k, alpha)
+        verify, draft = a + row * k, k * b
+        ctrl.observe(Round(choice=c, drafted=k, accepted=acc, emitted=acc + 1, verify_s=verify, draft_s=draft,
+                           round_s=verify + draft + (stall if r == 0 else 0.0003)))
+        out.append(c.drafter)
+    return out
+
+
+# the Q8_0 target on the 2-core EPYC: no draft pays (its draft step 1.09 a, a verify row 0.59 a)
+NO_PAY = dict(a=0.0084, row=0.005, b=0.0092, alpha=0.7)
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_a_stall_in_a_fresh_controllers_first_round_does_not_make_it_draft_where_nothing_pays(seed: int) -> None:
+    # a 50 ms pause of our Python (a full GC pass) in round 0, the first sample of a: without the
+    # rule a ~7x a makes the draft look cheap, and the verify rows (dearer than that a) never bound
+    # it down: the draft ran most of the generation. Rule recheck: round 0's Python outlasted its
+    # decode, so it is priced 2 x its decode and the target alone measured again
+    def drafted(recheck: bool, stall: float) -> int:
+        ctrl = DraftController(settings=ControlSettings(recheck=recheck))
+        return sum(d == "m" for d in _timed_rounds(ctrl, 60, rng=np.random.default_rng(seed), stall=stall, **NO_PAY))
+
+    assert drafted(False, 0.05) > 40  # (the trap, as on the real pair: docs/bench/stall-2026-12-07)
+    assert drafted(True, 0.05) <= drafted(True, 0.0) + 1 <= 3
+
+
+def test_round_zeros_python_under_its_decode_changes_nothing() -> None:
+    # the rule reads only a first round whose Python outlasts its decode (on the real pairs round 0's
+    # Python is 1-5% of it): otherwise the same choices, on and off, where drafting pays
+    def choices(recheck: bool) -> list[str | None]:
+        ctrl = DraftController(settings=ControlSettings(recheck=recheck))
+        return _timed_rounds(ctrl, 200, rng=np.random.default_rng(7), stall=0.004, a=0.010, row=0.0005, b=0.003,
+                             alpha=0.85)
+
+    on = choices(True)
+    assert on == choices(False) and sum(d == "m" for d in on) > 150
+
+
 @pytest.mark.parametrize("expire", [1024.0, math.inf])
 @pytest.mark.parametrize("probe_b", [True, False])
 def test_a_busy_start_does_not_keep_a_paying_draft_out(expire: float, probe_b: bool) -> None:

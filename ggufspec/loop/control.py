@@ -2,8 +2,8 @@
 
 A round runs the target alone (K = 0, source "none") or lets one drafter d propose K tokens.
 Each round `choose` picks:
-1. calibration: while a is unmeasured (or suspect: rule `recheck`, a drafting round under a / 2),
-   the target alone;
+1. calibration: while a is unmeasured (or suspect: rule `recheck`, a drafting round under a / 2,
+   or a first round of the target alone whose Python outlasted its decode), the target alone;
 2. an opening round of a prompt, a catch-up that does not pay, a retry or a confirmation
    (ggufspec.loop.exploration, ggufspec.loop.catchup);
 3. else the source with the highest R_s (ggufspec.loop.throughput), except that the draft model in
@@ -202,6 +202,11 @@ class DraftController(Extensions):
         elif not self.timed:
             round_s, draft_s = 1.0, 0.0
         vp = max(0.0, round_s - draft_s - check_s)  # the verify and our Python
+        if drafted == 0 and not self._base and st.recheck and self.timed and 0.0 < r.verify_s < vp - r.verify_s:
+            # rule recheck: a first a whose Python outlasted its decode is a stall (a GC pass): priced
+            # as the least stalled round could be, 2 x its decode, and measured again
+            round_s = vp = 2.0 * r.verify_s
+            self._recheck = True
         # priced with the estimates the round was chosen with (the memo `choose` filled): its
         # winsorizing cap and the catch-up it induces; the samples it adds change them after
         a = self.base_s()

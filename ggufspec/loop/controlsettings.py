@@ -61,7 +61,7 @@ class ControlSettings:
     grades: bool = True  # a free drafter's grades are sources of their own
     catchup_pricing: bool = True  # a model with a backlog runs only where its catch-up pays
     induced_catchup: bool = True  # a free round is charged the catch-up it leaves the model in play
-    recheck: bool = True  # a drafting round under a / 2 re-measures a
+    recheck: bool = True  # a drafting round under a / 2, or a stalled first sample of a, re-measures a
     hopeless: bool = True  # a model whose ceiling cannot beat the best other source is left
     full_retry: bool = True  # a model prefilled because its retry is due opens in full (off: 1 round where it lost)
     check_pricing: bool = True  # a check runs only where it pays at the measured costs (off: whenever due)
