@@ -144,7 +144,7 @@ def test_split_over_two_workers_is_greedy_identical_to_local(workers: str, tiny_
 
 _PIPELINE = """
 import json, sys
-from ggufspec import ContextSettings, PairSettings, load_pair
+from ggufspec import ContextSettings, DraftController, PairSettings, load_pair
 from ggufspec.loop import round_runner
 from ggufspec.loop.engine import generate
 from ggufspec.loop.lookup import LookupDrafter
@@ -161,7 +161,9 @@ with load_pair(target=target, draft=draft, settings=PairSettings(context=Context
     out = {"asynchronous": ctx.asynchronous}
     for asynchronous in (True, False):
         ctx.asynchronous, landed[0] = asynchronous, 0
-        ctl, runs = pair.new_controller(), []
+        # counted, not timed: a timed controller's choices follow this machine's load, and where a
+        # stop string lands inside a drafting round the cache keeps that round's tokens
+        ctl, runs = DraftController(timed=False, settings=pair.controller.settings), []
         for drafters in ((*pair.drafters, LookupDrafter()), ()):
             for prompt, stop in (([1, 2, 3, 4, 5], ()), ([9, 8, 7, 6], ("e",)), ([5, 5, 5], ())):
                 gen = generate(target=ctx, prompt=prompt, drafters=drafters, max_tokens=48, stop=stop,
