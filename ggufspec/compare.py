@@ -22,7 +22,7 @@ Pure: the runs themselves come from a callable, so this is tested on fakes.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ggufspec.sysload import describe_load
@@ -73,11 +73,16 @@ def run_order(repeats: int) -> list[tuple[int, str]]:
 
 @dataclass(frozen=True, kw_only=True)
 class Measured:
-    """What one counted run gave: its generation tok/s and tokens."""
+    """What one counted run gave: its generation tok/s and tokens, and what it drafted (its rounds,
+    the draft tokens it verified and kept, its rounds by drafter; 0 and empty where not told)."""
 
     gen_tps: float
     generated_tokens: int
     tokens: tuple[int, ...]
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafter_rounds: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +91,20 @@ class CompareRun:
     side: str  # SPECULATIVE | ALONE
     gen_tps: float
     generated_tokens: int
+    rounds: int = 0
+    drafted: int = 0  # draft tokens verified
+    accepted: int = 0
+    drafter_rounds: Mapping[str, int] = field(default_factory=dict)  # rounds by drafter ("none": the target alone)
+
+    @property
+    def drafting_rounds(self) -> int:
+        """Rounds that verified drafts (not the target alone's)."""
+        return self.rounds - self.drafter_rounds.get("none", 0) if self.drafter_rounds else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"repeat": self.repeat, "side": self.side, "gen_tps": round(self.gen_tps, 2),
+                "generated_tokens": self.generated_tokens, "rounds": self.rounds, "drafted": self.drafted,
+                "accepted": self.accepted, "drafter_rounds": dict(self.drafter_rounds)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +137,7 @@ class Comparison:
             "speculative_tps": [round(x, 2) for x in self.tps(SPECULATIVE)],
             "alone_tps": [round(x, 2) for x in self.tps(ALONE)],
             "order": [f"{r.side}:{r.repeat}" for r in self.runs],
+            "runs": [r.to_dict() for r in self.runs],  # each counted run, in order: what it drafted
             "lockstep": self.lockstep,
             "warmup_tokens": self.warmup_tokens,
             "identical": self.identical,
@@ -155,7 +175,9 @@ def compare(
         got = run_both(r, sides) if run_both is not None else {side: run(r, side) for side in sides}  # type: ignore[misc]
         for side in sides:
             m = by[(r, side)] = got[side]
-            runs.append(CompareRun(repeat=r, side=side, gen_tps=m.gen_tps, generated_tokens=m.generated_tokens))
+            runs.append(CompareRun(repeat=r, side=side, gen_tps=m.gen_tps, generated_tokens=m.generated_tokens,
+                                   rounds=m.rounds, drafted=m.drafted, accepted=m.accepted,
+                                   drafter_rounds=dict(m.drafter_rounds)))
     speedups = tuple(by[(r, SPECULATIVE)].gen_tps / by[(r, ALONE)].gen_tps for r in range(repeats)
                      if by[(r, ALONE)].gen_tps > 0 and by[(r, SPECULATIVE)].gen_tps > 0)
     identical = None
@@ -185,6 +207,9 @@ def report_lines(comparison: Comparison, *, load: Mapping[str, Any] | None) -> l
     spec, alone = comparison.tps(SPECULATIVE), comparison.tps(ALONE)
     lines.append("  tok/s per repeat: speculative " + " / ".join(f"{x:.1f}" for x in spec)
                  + "; target alone " + " / ".join(f"{x:.1f}" for x in alone))
+    runs = sorted((r for r in comparison.runs if r.side == SPECULATIVE and r.drafter_rounds), key=lambda r: r.repeat)
+    if runs:  # which repeats drafted: where drafting does not pay, the ones that paid for finding out
+        lines.append("  rounds that drafted per repeat: " + " / ".join(f"{r.drafting_rounds} of {r.rounds}" for r in runs))
     if sp is not None and sp.noisy:
         lines.append(f"NOISY: the speedups spread +-{_pct(sp)}% around their median (beyond +-{sp.tolerance_pct:.0f}%); "
                      f"{describe_load(load)}: trust the median, or rerun on a quieter machine or with more --repeats")

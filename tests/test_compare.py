@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -83,8 +84,12 @@ def test_compare_in_lockstep_runs_both_sides_of_a_repeat_at_once() -> None:
     def run_both(repeat: int, sides: tuple[str, str]) -> dict[str, Measured]:
         calls.append((repeat, sides))
         s, a = tps[repeat]
-        return {SPECULATIVE: Measured(gen_tps=s, generated_tokens=9, tokens=(1, 2, 3)),
-                ALONE: Measured(gen_tps=a, generated_tokens=9, tokens=(1, 2, 3))}
+        # the speculative side drafts in its first repeat only (a fresh controller finding out)
+        drafted = {"none": 6, "draft": 2} if repeat == 0 else {"none": 9}
+        return {SPECULATIVE: Measured(gen_tps=s, generated_tokens=9, tokens=(1, 2, 3), rounds=sum(drafted.values()),
+                                      drafted=4 if repeat == 0 else 0, accepted=3 if repeat == 0 else 0,
+                                      drafter_rounds=drafted),
+                ALONE: Measured(gen_tps=a, generated_tokens=9, tokens=(1, 2, 3), rounds=9, drafter_rounds={"none": 9})}
 
     c = compare(run_both=run_both, repeats=3, greedy=True, warmup=lambda: 16)
     # one call a repeat, its sides in run_order's order (the first takes the first step)
@@ -92,7 +97,14 @@ def test_compare_in_lockstep_runs_both_sides_of_a_repeat_at_once() -> None:
     assert c.speedups == (1.5, 2.0, 1.5) and c.lockstep and c.identical is True
     d = c.to_dict()
     assert d["lockstep"] is True and d["order"] == [f"{side}:{r}" for r, side in run_order(3)]
-    assert report_lines(c, load={})[0].startswith("speedup 1.50x, median of 3 repeat(s) in lockstep (min 1.50x")
+    # each counted run in that order, with what it drafted
+    assert [(r["side"], r["repeat"]) for r in d["runs"]] == [(side, r) for r, side in run_order(3)]
+    assert d["runs"][0] == {"repeat": 0, "side": SPECULATIVE, "gen_tps": 30.0, "generated_tokens": 9, "rounds": 8,
+                            "drafted": 4, "accepted": 3, "drafter_rounds": {"none": 6, "draft": 2}}
+    assert d["runs"][1]["drafter_rounds"] == {"none": 9} and d["runs"][1]["drafted"] == 0
+    lines = report_lines(c, load={})
+    assert lines[0].startswith("speedup 1.50x, median of 3 repeat(s) in lockstep (min 1.50x")
+    assert lines[2] == "  rounds that drafted per repeat: 2 of 8 / 0 of 9 / 0 of 9"
     with pytest.raises(ValueError):
         compare(run=lambda r, side: Measured(gen_tps=1.0, generated_tokens=1, tokens=()), run_both=run_both,
                 repeats=1, greedy=True)
@@ -165,6 +177,17 @@ def _common_compare_json(out: dict) -> None:
     assert out["speedup"] == pytest.approx(c["median"], abs=1e-3)
     assert out["identical"] is True and c["identical"] is True and out["text"] == out["baseline"]["text"]
     assert set(out["baseline"]) == {"text", "gen_tps"} and out["stats"]["generated_tokens"] == 20
+    # each counted run in order, with what it drafted: the first speculative run is `stats`'s
+    runs = c["runs"]
+    assert [f"{r['side']}:{r['repeat']}" for r in runs] == c["order"]
+    for r in runs:
+        assert sum(r["drafter_rounds"].values()) == r["rounds"] > 0 and r["generated_tokens"] == 20
+        assert r["accepted"] <= r["drafted"]
+        if r["side"] == "alone":
+            assert r["drafter_rounds"] == {"none": r["rounds"]} and r["drafted"] == 0
+    first = runs[0]
+    assert first["side"] == "speculative" and first["drafted"] == out["stats"]["drafted"]
+    assert first["drafter_rounds"] == out["stats"]["drafter_rounds"]
 
 
 def test_cli_compare_json_runs_n_repeats_in_lockstep_on_two_lanes(tiny_target_q8: Path, tiny_draft_q8: Path) -> None:
@@ -228,7 +251,8 @@ def test_cli_compare_says_noisy_when_the_speedups_spread(tiny_target_q8: Path, t
         "_alone = iter([100.0, 50.0, 100.0])\n"
         "def _fake(gen, side):\n"
         "    tps = next(_alone) if side == 'alone' else 100.0\n"
-        "    return Measured(gen_tps=tps, generated_tokens=gen.stats.generated_tokens, tokens=tuple(gen.tokens))\n"
+        "    return Measured(gen_tps=tps, generated_tokens=gen.stats.generated_tokens, tokens=tuple(gen.tokens),\n"
+        "                    rounds=gen.stats.rounds, drafter_rounds=dict(gen.stats.drafter_rounds))\n"
         "cr._measured = _fake\n"
     )
     common = _common(tiny_target_q8, tiny_draft_q8)
@@ -238,6 +262,7 @@ def test_cli_compare_says_noisy_when_the_speedups_spread(tiny_target_q8: Path, t
     assert "speedup 1.00x, median of 3 repeat(s) in lockstep (min 1.00x, max 2.00x, spread +-100%)" in err
     assert "NOISY: the speedups spread +-100% around their median (beyond +-10%); load average" in err
     assert "output identical to the target alone in every repeat" in err
+    assert re.search(r"^  rounds that drafted per repeat: \d+ of \d+ / \d+ of \d+ / \d+ of \d+$", err, re.M), err
     out = json.loads(_cli(*common, "--compare", "--json", prelude=prelude).stdout)
     assert out["compare"]["noisy"] is True and out["compare"]["speedups"] == [1.0, 2.0, 1.0]
     assert out["speedup"] == 1.0 and out["compare"]["spread_pct"] == 100.0

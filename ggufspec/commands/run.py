@@ -203,7 +203,9 @@ def _measured(gen, side: str):
     """One counted run's figures; `side` is speculative or alone (a seam: tests replace it to inject a spread)."""
     from ggufspec.compare import Measured
 
-    return Measured(gen_tps=gen.stats.gen_tps, generated_tokens=gen.stats.generated_tokens, tokens=tuple(gen.tokens))
+    s = gen.stats
+    return Measured(gen_tps=s.gen_tps, generated_tokens=s.generated_tokens, tokens=tuple(gen.tokens), rounds=s.rounds,
+                    drafted=s.drafted, accepted=s.accepted, drafter_rounds=dict(s.drafter_rounds))
 
 
 def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
