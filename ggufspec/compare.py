@@ -72,17 +72,33 @@ def run_order(repeats: int) -> list[tuple[int, str]]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Measured:
-    """What one counted run gave: its generation tok/s and tokens, and what it drafted (its rounds,
-    the draft tokens it verified and kept, its rounds by drafter; 0 and empty where not told)."""
+class Drafting:
+    """What one run drafted: its rounds, the draft tokens it verified and kept, its rounds by
+    drafter ("none": the target alone); 0 and empty where not told."""
 
-    gen_tps: float
-    generated_tokens: int
-    tokens: tuple[int, ...]
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
     drafter_rounds: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def drafting_rounds(self) -> int:
+        """Rounds that verified drafts (not the target alone's)."""
+        return self.rounds - self.drafter_rounds.get("none", 0) if self.drafter_rounds else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "drafted": self.drafted, "accepted": self.accepted,
+                "drafter_rounds": dict(self.drafter_rounds)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """What one counted run gave: its generation tok/s and tokens, and what it drafted."""
+
+    gen_tps: float
+    generated_tokens: int
+    tokens: tuple[int, ...]
+    drafting: Drafting = Drafting()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,20 +107,11 @@ class CompareRun:
     side: str  # SPECULATIVE | ALONE
     gen_tps: float
     generated_tokens: int
-    rounds: int = 0
-    drafted: int = 0  # draft tokens verified
-    accepted: int = 0
-    drafter_rounds: Mapping[str, int] = field(default_factory=dict)  # rounds by drafter ("none": the target alone)
-
-    @property
-    def drafting_rounds(self) -> int:
-        """Rounds that verified drafts (not the target alone's)."""
-        return self.rounds - self.drafter_rounds.get("none", 0) if self.drafter_rounds else 0
+    drafting: Drafting = Drafting()
 
     def to_dict(self) -> dict[str, Any]:
         return {"repeat": self.repeat, "side": self.side, "gen_tps": round(self.gen_tps, 2),
-                "generated_tokens": self.generated_tokens, "rounds": self.rounds, "drafted": self.drafted,
-                "accepted": self.accepted, "drafter_rounds": dict(self.drafter_rounds)}
+                "generated_tokens": self.generated_tokens, **self.drafting.to_dict()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,8 +183,7 @@ def compare(
         for side in sides:
             m = by[(r, side)] = got[side]
             runs.append(CompareRun(repeat=r, side=side, gen_tps=m.gen_tps, generated_tokens=m.generated_tokens,
-                                   rounds=m.rounds, drafted=m.drafted, accepted=m.accepted,
-                                   drafter_rounds=dict(m.drafter_rounds)))
+                                   drafting=m.drafting))
     speedups = tuple(by[(r, SPECULATIVE)].gen_tps / by[(r, ALONE)].gen_tps for r in range(repeats)
                      if by[(r, ALONE)].gen_tps > 0 and by[(r, SPECULATIVE)].gen_tps > 0)
     identical = None
@@ -207,9 +213,10 @@ def report_lines(comparison: Comparison, *, load: Mapping[str, Any] | None) -> l
     spec, alone = comparison.tps(SPECULATIVE), comparison.tps(ALONE)
     lines.append("  tok/s per repeat: speculative " + " / ".join(f"{x:.1f}" for x in spec)
                  + "; target alone " + " / ".join(f"{x:.1f}" for x in alone))
-    runs = sorted((r for r in comparison.runs if r.side == SPECULATIVE and r.drafter_rounds), key=lambda r: r.repeat)
-    if runs:  # which repeats drafted: where drafting does not pay, the ones that paid for finding out
-        lines.append("  rounds that drafted per repeat: " + " / ".join(f"{r.drafting_rounds} of {r.rounds}" for r in runs))
+    told = sorted((r for r in comparison.runs if r.side == SPECULATIVE and r.drafting.drafter_rounds), key=lambda r: r.repeat)
+    if told:  # which repeats drafted: where drafting does not pay, the ones that paid for finding out
+        lines.append("  rounds that drafted per repeat: "
+                     + " / ".join(f"{r.drafting.drafting_rounds} of {r.drafting.rounds}" for r in told))
     if sp is not None and sp.noisy:
         lines.append(f"NOISY: the speedups spread +-{_pct(sp)}% around their median (beyond +-{sp.tolerance_pct:.0f}%); "
                      f"{describe_load(load)}: trust the median, or rerun on a quieter machine or with more --repeats")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ggufspec.compare import ALONE, SPECULATIVE, Measured, compare, report_lines, run_order, spread
+from ggufspec.compare import ALONE, SPECULATIVE, Drafting, Measured, compare, report_lines, run_order, spread
 
 # ---- the verdict (pure) ---------------------------------------------------------------------------
 
@@ -86,10 +86,11 @@ def test_compare_in_lockstep_runs_both_sides_of_a_repeat_at_once() -> None:
         s, a = tps[repeat]
         # the speculative side drafts in its first repeat only (a fresh controller finding out)
         drafted = {"none": 6, "draft": 2} if repeat == 0 else {"none": 9}
-        return {SPECULATIVE: Measured(gen_tps=s, generated_tokens=9, tokens=(1, 2, 3), rounds=sum(drafted.values()),
-                                      drafted=4 if repeat == 0 else 0, accepted=3 if repeat == 0 else 0,
-                                      drafter_rounds=drafted),
-                ALONE: Measured(gen_tps=a, generated_tokens=9, tokens=(1, 2, 3), rounds=9, drafter_rounds={"none": 9})}
+        spec = Drafting(rounds=sum(drafted.values()), drafted=4 if repeat == 0 else 0, accepted=3 if repeat == 0 else 0,
+                        drafter_rounds=drafted)
+        return {SPECULATIVE: Measured(gen_tps=s, generated_tokens=9, tokens=(1, 2, 3), drafting=spec),
+                ALONE: Measured(gen_tps=a, generated_tokens=9, tokens=(1, 2, 3),
+                                drafting=Drafting(rounds=9, drafter_rounds={"none": 9}))}
 
     c = compare(run_both=run_both, repeats=3, greedy=True, warmup=lambda: 16)
     # one call a repeat, its sides in run_order's order (the first takes the first step)
@@ -247,12 +248,13 @@ def test_cli_compare_says_noisy_when_the_speedups_spread(tiny_target_q8: Path, t
     # inject a spread: the target alone's counted runs measure 100, 50, 100 tok/s; speculative 100
     prelude = (
         "import ggufspec.commands.run as cr\n"
-        "from ggufspec.compare import Measured\n"
+        "from ggufspec.compare import Drafting, Measured\n"
         "_alone = iter([100.0, 50.0, 100.0])\n"
         "def _fake(gen, side):\n"
         "    tps = next(_alone) if side == 'alone' else 100.0\n"
+        "    drafting = Drafting(rounds=gen.stats.rounds, drafter_rounds=dict(gen.stats.drafter_rounds))\n"
         "    return Measured(gen_tps=tps, generated_tokens=gen.stats.generated_tokens, tokens=tuple(gen.tokens),\n"
-        "                    rounds=gen.stats.rounds, drafter_rounds=dict(gen.stats.drafter_rounds))\n"
+        "                    drafting=drafting)\n"
         "cr._measured = _fake\n"
     )
     common = _common(tiny_target_q8, tiny_draft_q8)

@@ -201,11 +201,11 @@ def _compare(args, pair, tokens, sampling, speculative, *, repeats: int):
 
 def _measured(gen, side: str):
     """One counted run's figures; `side` is speculative or alone (a seam: tests replace it to inject a spread)."""
-    from ggufspec.compare import Measured
+    from ggufspec.compare import Drafting, Measured
 
     s = gen.stats
-    return Measured(gen_tps=s.gen_tps, generated_tokens=s.generated_tokens, tokens=tuple(gen.tokens), rounds=s.rounds,
-                    drafted=s.drafted, accepted=s.accepted, drafter_rounds=dict(s.drafter_rounds))
+    drafting = Drafting(rounds=s.rounds, drafted=s.drafted, accepted=s.accepted, drafter_rounds=dict(s.drafter_rounds))
+    return Measured(gen_tps=s.gen_tps, generated_tokens=s.generated_tokens, tokens=tuple(gen.tokens), drafting=drafting)
 
 
 def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
