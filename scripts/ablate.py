@@ -30,6 +30,7 @@ from trace_sim import PROFILES, Costs, Policy, load_profile, replay  # noqa: E40
 BENCH = Path("docs/bench/epyc-first/bench.json")
 REGIMES = ("h200-135m", "rtx3090-8b", "epyc-micro", "epyc-loop", "epyc-q8_0", "epyc-q4_1")
 # on a CUDA graph (rule switch_cost on in the replay): asked for by name, not in the default table
+OTHER_REGIMES = ("epyc-as-1b",)  # asked for by name: the 1B stand-in's stepped verify (rule `verify_probe`)
 GRAPH_REGIMES = ("h200-135m-graphs", "h200-135m-run4", "h200-135m-run5", "h200-as7b-graphs", "h200-as7b-slowstart")
 RULES = {  # rule -> the default with it off
     "two-level rate": "default@two_level=0", "verify prior 1/4 (off: 1)": "default@verify_prior_weight=1",
@@ -42,6 +43,7 @@ RULES = {  # rule -> the default with it off
     "check pricing": "default@check_pricing=0", "continuation-priced K": "default@extend_k=0",
     "switch cost (graphs only)": "default@switch_cost=0",
     "probe b": "default@probe_b=0",
+    "verify probe": "default@verify_probe=0",
     "calibrate on two rounds (off: one)": "default@calibrate=1",
     "prefill slope (inert here: the replay's prefill costs nothing)": "default@prefill_slope=0",
 }
@@ -100,7 +102,7 @@ def table(data: dict, traces: dict, rules: dict[str, str], seeds: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--traces", type=Path, default=Path("docs/bench/traces-default-pair.json"))
-    ap.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=REGIMES + GRAPH_REGIMES)
+    ap.add_argument("--regimes", nargs="+", default=list(REGIMES), choices=REGIMES + GRAPH_REGIMES + OTHER_REGIMES)
     ap.add_argument("--rules", nargs="+", default=list(RULES), help="rule names (keys of RULES)")
     ap.add_argument("--noise", type=float, default=0.1)
     ap.add_argument("--seeds", type=int, default=4)

@@ -56,6 +56,7 @@ class ControlSettings:
     unsettled: bool = True  # a model run < retry / 2 times: a retry priced at the prior, prefilled when due
     optimistic_retry: bool = True  # a retry of a draft model runs at the optimistic K
     k_probe: bool = True  # once every `retry` rounds the chosen model runs at the optimistic K
+    verify_probe: bool = True  # ... every other one at the best K whose verify was not measured lately (within `close`)
     probe_b: bool = True  # a model's retry, opening or K probe drafts at least 2 tokens (K = 1 never measures b)
     free_prompt: bool = True  # a free drafter's curve and rate are this generation's over the pooled
     grades: bool = True  # a free drafter's grades are sources of their own

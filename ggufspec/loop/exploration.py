@@ -9,7 +9,11 @@ can. Wait, in retry intervals (due at >= 1):
     x_d = max(spacing, D_d(cap) / (hopeless_share a retry))   (rule `hopeless`, below)
 A free drafter is never retried (scored every round: full information). A retry of a draft model
 runs at the optimistic K (rule `optimistic_retry`: each c(j) at least alpha0), and once every
-`retry` rounds the model the estimates chose does too (rule `k_probe`).
+`retry` rounds the model the estimates chose does too (rule `k_probe`); every other such probe
+runs instead the best K whose verify was not measured lately, if its modelled rate is within
+`close` of the chosen K's (rule `verify_probe`: the line that prices an unmeasured K does not
+follow a verify whose cost steps with the kernels' row blocks; measured once, `measured_verify`
+corrects it).
 
 Probe b (rule `probe_b`): b, a draft model's call after a round's first, is measured only in a
 round of K >= 2, so one slow measurement (a first use, a busy moment) could make K = 1 the best
@@ -79,6 +83,7 @@ class Exploration(CatchUp):
         self._pooled: dict[str, float] = {}  # ... its rate over all generations
         self._prior: dict[str, float] = {}  # ... a drafter's prior rate (alpha0, the measured costs)
         self._k_probe: dict[str, int] = {}  # draft model -> round its K was last explored
+        self._k_probes: dict[str, int] = {}  # draft model -> K probes so far (rule `verify_probe`: every other one)
         self._clock = 0.0  # seconds charged to every round so far (nominal ones when counted)
         self._ran_s: dict[str, float] = {}  # source -> `_clock` when it last ran
         self._exploring: set[str] = set()  # draft models prefilled for exploration's sake (full opening)
@@ -144,7 +149,24 @@ class Exploration(CatchUp):
         if not st.k_probe or self.round - self._k_probe.get(name, 0) < every:
             return k
         self._k_probe[name] = self.round
-        return self._retry_len(name, lo, cap, k, optimistic=True)
+        n = self._k_probes[name] = self._k_probes.get(name, 0) + 1
+        near = self._unmeasured_len(name, lo, cap, k) if st.verify_probe and n % 2 == 0 else None
+        return near if near is not None else self._retry_len(name, lo, cap, k, optimistic=True)
+
+    def _unmeasured_len(self, name: str, lo: int, cap: int, k: int) -> int | None:
+        """Rule `verify_probe`: the K in [max(lo, 2), cap] with the best modelled rate among those
+        whose verify was not measured lately, if at least `close` x K's (None: none)."""
+        rates = self.len_rates(name, cap=cap)
+        if rates is None:
+            return None
+        fresh, bar = self._fresh(), self.settings.close * rates[k - 1]
+        best: int | None = None
+        for j in range(max(lo, min(2, cap)), cap + 1):
+            v = self._verify.get(j)
+            if j != k and rates[j - 1] >= bar and not (v is not None and v.fresh(self.round, fresh)) and (
+                    best is None or rates[j - 1] > rates[best - 1]):
+                best = j
+        return best
 
     def _retry_len(self, name: str, lo: int, cap: int, k: int, *, optimistic: bool | None = None) -> int:
         """K of a retry of draft model `name`: the best under the optimistic curve (a free

@@ -83,20 +83,28 @@ class Rates(CostModel):
     @per_state
     def best_len(self, name: str, *, lo: int, cap: int, optimistic: bool = False) -> tuple[int, float] | None:
         """(K, E(K) / T(K)) maximising the modelled rate over K in [lo, cap]; None when unmeasured."""
-        costs = self.round_costs(name, cap) if cap >= lo else None
+        rates = self.len_rates(name, cap=cap, optimistic=optimistic) if cap >= lo else None
+        if rates is None:
+            return None
+        best: tuple[int, float] | None = None
+        for k in range(lo, cap + 1):
+            if best is None or rates[k - 1] > best[1] + 1e-12:
+                best = (k, rates[k - 1])
+        return best
+
+    def len_rates(self, name: str, *, cap: int, optimistic: bool = False) -> tuple[float, ...] | None:
+        """E(K) / T(K) (with `extend_k`'s continuation) for K = 1..cap; None when unmeasured."""
+        costs = self.round_costs(name, cap)
         if costs is None:
             return None
         pis = self.prefix_accept(name, cap, optimistic=optimistic)
         rows, kept = self._continuation(name)
         extra_s = rows * self._verify_line(costs[0])[1] if rows else 0.0  # its verify rows, v a row
-        best, e = None, 1.0
+        out, e = [], 1.0
         for k in range(1, cap + 1):
             e += pis[k - 1]
-            if k >= lo:
-                rate = (e + pis[k - 1] * kept) / (costs[k] + extra_s)
-                if best is None or rate > best[1] + 1e-12:
-                    best = (k, rate)
-        return best
+            out.append((e + pis[k - 1] * kept) / (costs[k] + extra_s))
+        return tuple(out)
 
     def _continuation(self, name: str) -> tuple[float, float]:
         """Rule `extend_k`: (rows, kept), the verify rows a free drafter's continuation adds to a full
