@@ -9,7 +9,8 @@ Each round `choose` picks:
 3. else the source with the highest R_s (ggufspec.loop.throughput), except that the draft model in
    step (it ran last round, rule `hysteresis`) is judged by max(R_s, P_s); its K maximises
    E_d(K) / T_d(K) over [max(1, draft_min), cap] (ggufspec.loop.costmodel), the optimistic K once
-   every `retry` rounds (rule `k_probe`). Rule `calibrate`: while fewer than `calibrate` rounds
+   every `retry` rounds (rule `k_probe`; every other time a K whose verify went unmeasured: rule
+   `verify_probe`, ggufspec.loop.exploration). Rule `calibrate`: while fewer than `calibrate` rounds
    measured a, a drafter that the estimates prefer by less than STALL = 1.5x waits for one more
    (a is the fastest of them): one slow first round (x1.5) otherwise priced the target alone too
    dear, and a drafter that loses ran until its retry, up to `retry` x `spacing` rounds later.
