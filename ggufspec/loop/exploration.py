@@ -10,10 +10,8 @@ can. Wait, in retry intervals (due at >= 1):
 A free drafter is never retried (scored every round: full information). A retry of a draft model
 runs at the optimistic K (rule `optimistic_retry`: each c(j) at least alpha0), and once every
 `retry` rounds the model the estimates chose does too (rule `k_probe`); every other such probe
-runs instead the best K whose verify was not measured lately, if its modelled rate is within
-`close` of the chosen K's (rule `verify_probe`: the line that prices an unmeasured K does not
-follow a verify whose cost steps with the kernels' row blocks; measured once, `measured_verify`
-corrects it).
+runs the best K whose verify went unmeasured lately, if within `close` of the chosen K's rate (rule
+`verify_probe`: the line pricing it misses a verify that steps with the kernels' row blocks).
 
 Probe b (rule `probe_b`): b, a draft model's call after a round's first, is measured only in a
 round of K >= 2, so one slow measurement (a first use, a busy moment) could make K = 1 the best
