@@ -158,13 +158,9 @@ class Exploration(CatchUp):
         if rates is None:
             return None
         fresh, bar = self._fresh(), self.settings.close * rates[k - 1]
-        best: int | None = None
-        for j in range(max(lo, min(2, cap)), cap + 1):
-            v = self._verify.get(j)
-            if j != k and rates[j - 1] >= bar and not (v is not None and v.fresh(self.round, fresh)) and (
-                    best is None or rates[j - 1] > rates[best - 1]):
-                best = j
-        return best
+        stale = [j for j in range(max(lo, min(2, cap)), cap + 1) if j != k and rates[j - 1] >= bar
+                 and not (j in self._verify and self._verify[j].fresh(self.round, fresh))]
+        return max(stale, key=lambda j: rates[j - 1], default=None)  # (ties: the shortest)
 
     def _retry_len(self, name: str, lo: int, cap: int, k: int, *, optimistic: bool | None = None) -> int:
         """K of a retry of draft model `name`: the best under the optimistic curve (a free
