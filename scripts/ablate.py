@@ -29,8 +29,8 @@ from trace_sim import PROFILES, Costs, Policy, load_profile, replay  # noqa: E40
 
 BENCH = Path("docs/bench/epyc-first/bench.json")
 REGIMES = ("h200-135m", "rtx3090-8b", "epyc-micro", "epyc-loop", "epyc-q8_0", "epyc-q4_1")
-# on a CUDA graph (rule switch_cost on in the replay): asked for by name, not in the default table
 OTHER_REGIMES = ("epyc-as-1b",)  # asked for by name: the 1B stand-in's stepped verify (rule `verify_probe`)
+# on a CUDA graph (rule switch_cost on in the replay): asked for by name, not in the default table
 GRAPH_REGIMES = ("h200-135m-graphs", "h200-135m-run4", "h200-135m-run5", "h200-as7b-graphs", "h200-as7b-slowstart")
 RULES = {  # rule -> the default with it off
     "two-level rate": "default@two_level=0", "verify prior 1/4 (off: 1)": "default@verify_prior_weight=1",
