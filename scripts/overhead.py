@@ -25,6 +25,7 @@ pair keeps one; a generation of each mode first, untimed):
 
     .venv/bin/python scripts/overhead.py                       # the table, both regimes
     .venv/bin/python scripts/overhead.py --profile default:h200  # + cProfile of one mode's rounds
+    .venv/bin/python scripts/overhead.py --n-vocab 262144           # rows of gemma3's vocabulary
 
 Writes a markdown table to stdout: ms a round (median over repeats, min-max), rounds, what the
 rounds did; with --profile, the top functions of that mode by own time (ms a round, scaled to the
@@ -106,6 +107,11 @@ class Rows:
 
     rows: dict[int, np.ndarray] = field(default_factory=dict)
     base: np.ndarray = field(default_factory=lambda: np.random.default_rng(0).standard_normal(N_VOCAB).astype(np.float32))
+
+    def resize(self, n_vocab: int) -> None:
+        """Rows of `n_vocab` entries from now on (`--n-vocab`: another model's vocabulary)."""
+        self.rows.clear()
+        self.base = np.random.default_rng(0).standard_normal(n_vocab).astype(np.float32)
 
     def __call__(self, token: int) -> np.ndarray:
         row = self.rows.get(token)
@@ -430,7 +436,7 @@ def real_context(path: str, *, n_prompt: int = 300, calls: int = 300) -> list[tu
             t = perf()
             int(np.argmax(row))
             ts.append(perf() - t)
-        out.append(("np.argmax of a fresh logits row (49,152 floats)", st.median(ts) * 1e6))
+        out.append((f"np.argmax of a fresh logits row ({row.size:,} floats)", st.median(ts) * 1e6))
     finally:
         llama_cpp.llama_decode = inner
         ctx.close()
@@ -478,6 +484,8 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=200)
     ap.add_argument("--profile", nargs="*", default=[], choices=list(MODES), help="modes to run under cProfile")
     ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--n-vocab", type=int, default=N_VOCAB,
+                    help="entries of each logits row (SmolLM2's 49,152; gemma3's 262,144)")
     ap.add_argument("--real", metavar="GGUF", help="also time the real llama.cpp context's Python a call on this model")
     ap.add_argument("--device-ms", type=float, default=0.0, metavar="MS",
                     help="also on a simulated device whose target step lasts MS ms (the H200's default pair: 1.35), "
@@ -485,6 +493,8 @@ def main() -> None:
     ap.add_argument("--decisions", type=int, default=0, metavar="N",
                     help="only print a hash of every choice of N generations a mode (a speed-up must not change it)")
     args = ap.parse_args()
+    if args.n_vocab != N_VOCAB:
+        ROWS.resize(args.n_vocab)
     real_now = clock.now
     if args.decisions:
         try:
@@ -508,7 +518,7 @@ def main() -> None:
         clock.now = real_now
     print(f"Host: {host()}. Command: `{' '.join(['scripts/overhead.py', *sys.argv[1:]])}`; {args.repeats} repeats "
           f"of >= {args.rounds} rounds a mode, alternated; generations of {args.max_tokens} tokens from "
-          f"{args.prompt_len}-token prompts.\n")
+          f"{args.prompt_len}-token prompts; logits rows of {args.n_vocab:,} entries.\n")
     print("| mode | controller's clock | ms a round, median [min-max] | rounds | tokens a round | rounds drafted "
           "| drafts a round | accepted |")
     print("|---|---|---:|---:|---:|---|---:|---:|")
