@@ -756,10 +756,13 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
            generations: list[tuple[dict[str, Any], float, list[Any]]] | None = None) -> dict[tuple[Policy, str], list[float]]:
     """(policy, prompt id) -> its speedups over the target alone, seed by seed, the bench's two
     repeats each (seed s: items 2s and 2s + 1). `traced`: a controlled policy whose generations
-    are appended to `generations` as (trace, seconds, its rounds), in the replay's order."""
+    are appended to `generations` as (trace, seconds, its rounds), in the replay's order. Each
+    policy draws its noise from a stream of its own, seeded by the seed: the draws a policy gets do
+    not depend on which other policies are replayed beside it (one stream shared in turn moved a
+    regime cell by up to a point when a rival was left out), and are those of its replay alone."""
     speedups: dict[tuple[Policy, str], list[float]] = collections.defaultdict(list)
     for seed in range(seeds):
-        rng = random.Random(seed)
+        rngs = {p: random.Random(seed) for p in policies}
         gpu = costs.uncaptured is not None
         ctls = {p: DraftController(settings=p.settings(gpu=gpu)) for p in policies if p.kind != "fixed"}  # one per policy, kept across prompts
         slow = {p: [costs.slow_rounds] for p in policies}  # each policy's slow start, as its controller's
@@ -770,7 +773,8 @@ def replay(traces: dict[str, Any], costs: Costs, noise: float, seeds: int,
             for pid, t in traces.items():
                 alone = alone_seconds(t, costs)
                 for policy in policies:
-                    seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rng, noise, slow=slow[policy]).gen_s
+                    seconds = simulate_prompt(t, policy, ctls.get(policy), costs, rngs[policy], noise,
+                                              slow=slow[policy]).gen_s
                     speedups[(policy, pid)].append(alone / seconds)
                     if policy == traced and generations is not None:
                         generations.append((t, seconds, rounds[:]))

@@ -64,6 +64,20 @@ def test_the_replay_is_the_engines_loop(monkeypatch) -> None:
     assert all(len(v) == 2 for v in speedups.values())
 
 
+def test_a_policys_noise_does_not_depend_on_the_policies_beside_it() -> None:
+    # each policy's own stream: the default's noisy speedups are the same replayed alone, beside
+    # one rival or beside two, and differ from a noise-free replay's
+    traces = {"a": _trace(40, 3), "b": _trace(30, 8)}
+    fixed4, fixed2 = trace_sim.Policy("fixed", 4), trace_sim.Policy("fixed", 2)
+    runs = [trace_sim.replay(traces, COSTS, 0.1, 2, policies)
+            for policies in ((DEFAULT8,), (DEFAULT8, fixed4), (fixed2, DEFAULT8, fixed4))]
+    mine = [{i: sp[(DEFAULT8, i)] for i in traces} for sp in runs]
+    assert mine[0] == mine[1] == mine[2]
+    assert runs[1][(fixed4, "a")] == runs[2][(fixed4, "a")]
+    quiet = trace_sim.replay(traces, COSTS, 0.0, 2, (DEFAULT8,))
+    assert mine[0] != {i: quiet[(DEFAULT8, i)] for i in traces}
+
+
 def test_the_target_alone_replayed_costs_a_step_a_token() -> None:
     # the analytic baseline of replay() is what the loop gives the fake target alone
     r = trace_sim.Replayed(_trace(40, 8), 128)
