@@ -101,17 +101,22 @@ def next_token(a: int, b: int, pos: int, *, draft: bool) -> int:
     return t
 
 
+def _base_row(n_vocab: int) -> np.ndarray:
+    """`n_vocab` standard-normal logits (seed 0): every token's row is this one with its own entry raised."""
+    return np.random.default_rng(0).standard_normal(n_vocab).astype(np.float32)
+
+
 @dataclass
 class Rows:
     """One logits array per token, made once: a row whose argmax is that token."""
 
     rows: dict[int, np.ndarray] = field(default_factory=dict)
-    base: np.ndarray = field(default_factory=lambda: np.random.default_rng(0).standard_normal(N_VOCAB).astype(np.float32))
+    base: np.ndarray = field(default_factory=lambda: _base_row(N_VOCAB))
 
     def resize(self, n_vocab: int) -> None:
         """Rows of `n_vocab` entries from now on (`--n-vocab`: another model's vocabulary)."""
         self.rows.clear()
-        self.base = np.random.default_rng(0).standard_normal(n_vocab).astype(np.float32)
+        self.base = _base_row(n_vocab)
 
     def __call__(self, token: int) -> np.ndarray:
         row = self.rows.get(token)
