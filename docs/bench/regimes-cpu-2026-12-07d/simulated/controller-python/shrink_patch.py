@@ -1,34 +1,39 @@
-"""Replay with a patched prefix_accept: a position's conditional rate shrunk to the previous one's
-with W pseudo-observations (today 1) for the draft model only (MODEL_ONLY=1) or every drafter.
+"""Replay with a position's conditional accept rate shrunk to the previous one's with W
+pseudo-observations (today 1), for the draft model only (MODEL_ONLY=1) or every drafter.
+
+The controller's own `prefix_accept` runs, on the drafter's discounted counts divided by W:
+(a / W + c) / (d / W + 1) = (a + W c) / (d + W). The counts are put back as they were after each call.
 
     GGUFSPEC_PURE=1 W=4 .venv/bin/python docs/bench/regimes-cpu-2026-12-07d/simulated/controller-python/shrink_patch.py \
         simulate docs/bench/traces-default-pair.json --profile rtx3090-8b --policies default always K4 K8 --noise 0.1 --seeds 16
 """
-import os, sys
-W = float(os.environ.get('W', '1'))
-MODEL_ONLY = os.environ.get('MODEL_ONLY', '1') == '1'
+import os
+import sys
+
 sys.path.insert(0, 'scripts')
 from ggufspec.loop import throughput
-def prefix_accept(self, name, n, *, optimistic=False):
-    self.replay()
+
+W = float(os.environ.get('W', '1'))
+MODEL_ONLY = os.environ.get('MODEL_ONLY', '1') == '1'
+prefix_accept = throughput.Rates.prefix_accept
+
+
+def shrunk_prefix_accept(self, name, n, *, optimistic=False):
     m = self._drafters[name]
+    if W == 1.0 or (MODEL_ONLY and m.free):
+        return prefix_accept(self, name, n, optimistic=optimistic)
+    self.replay()  # (what prefix_accept does first: its counts up to date, so that it leaves them be)
     self._decay_accepts(m)
-    out, pi, cond, alpha0 = [], 1.0, m.alpha0, m.alpha0
-    w = self.settings.free_prior_obs
-    w0 = 1.0 if (MODEL_ONLY and m.free) else W
     drafted, accepted = m.drafted_at, m.accepted_at
-    gen_drafted = m.gen_drafted_at if m.free and self.settings.free_prompt else []
-    measured, gen_measured, gen_accepted = len(drafted), len(gen_drafted), m.gen_accepted_at
-    for i in range(n):
-        if i < measured:
-            cond = (accepted[i] + w0 * cond) / (drafted[i] + w0)
-        c = (gen_accepted[i] + w * cond) / (gen_drafted[i] + w) if i < gen_measured else cond
-        if optimistic and c < alpha0:
-            c = alpha0
-        pi *= c
-        out.append(pi)
-    return tuple(out)
-throughput.Rates.prefix_accept = prefix_accept
-import trace_sim
+    m.drafted_at, m.accepted_at = [x / W for x in drafted], [x / W for x in accepted]
+    try:
+        return prefix_accept(self, name, n, optimistic=optimistic)
+    finally:
+        m.drafted_at, m.accepted_at = drafted, accepted
+
+
+throughput.Rates.prefix_accept = shrunk_prefix_accept
+import trace_sim  # noqa: E402
+
 sys.argv = ['trace_sim.py'] + sys.argv[1:]
 trace_sim.main()
