@@ -179,6 +179,11 @@ def test_several_drafts_are_named_in_stats_and_in_the_verbose_legend(
     table = ggufspec(*common, "--compare", "--always-draft")
     assert table.returncode == 0, table.stderr
     assert "Theorem 3.8 bound" in table.stderr and "its alpha K c v share" in table.stderr
+    # piped (not a terminal): no cell folded at rich's 80 columns, the title on one line
+    lines = table.stderr.splitlines()
+    assert any(line.startswith("target ") and line.endswith(f"drafts {tiny_draft_q8.stem}+lookup") for line in lines)
+    row = next(line for line in lines if "rounds / paused" in line)
+    assert "rounds / paused (drafting did not pay)" in row and row.count("│") == 4, row
     verbose = ggufspec(*common, "-v", "--always-draft")
     assert verbose.returncode == 0, verbose.stderr
     assert f"accepted from {tiny_draft_q8.stem}" in verbose.stdout and "accepted from lookup" in verbose.stdout

@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"summary": head, "files": {k: [str(x) for x in v] if isinstance(v, list) else str(v)
                                                       for k, v in files.items()}}, indent=1))
         return 0
-    _print_table(err, result)
+    _print_table(result)
     sys.stdout.write(f"wrote {out}/bench.json, runs.csv, bench.md" + (", *.png" if files.get("plots") else "") + "\n")
     return 0
 
@@ -316,11 +316,13 @@ def _sweep_ngl(args: argparse.Namespace, prompts: list, repeats: int, *, specula
     return 0
 
 
-def _print_table(console, result) -> None:
+def _print_table(result) -> None:
+    """The bench's table and summary lines, on stderr."""
     from rich.table import Table
 
     from ggufspec.bench.writers import fmt_figure as f
     from ggufspec.bench.writers import lowest_vs_best
+    from ggufspec.commands.tables import table_console
 
     s = result.summary
 
@@ -334,6 +336,7 @@ def _print_table(console, result) -> None:
         split = "/".join(f(mpt.get(k), "{:.1f}") for k in ("draft", "verify", "python")) if mpt else "–"
         t.add_row(c["name"], f(c.get("tps"), "{:.1f}"), f(c.get("speedup")), f(c.get("speedup_min")),
                   f(c.get("accept_rate"), "{:.0%}"), f(c.get("expected_speedup")), split)
+    console = table_console(stderr=True, highlight=False, fit=[t])
     console.print(t)
     line = f"speedup {f(s['speedup'])}x ({s['default_config']})"
     line += f"; vs native {f(s['vs_native'])}x" if s.get("vs_native") else "; vs native: peer absent"

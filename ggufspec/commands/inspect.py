@@ -92,10 +92,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     from rich import box
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from ggufspec.commands.tables import table_console
     from ggufspec.hardware import format_bytes as fb
 
     def heads(values: tuple[int, ...]) -> str:
@@ -150,9 +150,7 @@ def run(args: argparse.Namespace) -> int:
             fb(kv1k) if nkv else "-",
             _types(info, first),
         )
-    console = Console(highlight=False)
-    if not console.is_terminal:  # piped: do not wrap at 80 columns
-        console = Console(highlight=False, width=max(console.width, 120))
+    console = table_console(highlight=False, fit=[meta, layers])
     console.print(meta)
     console.print(layers)
     return 0

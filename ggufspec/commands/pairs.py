@@ -30,8 +30,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     from rich import box
-    from rich.console import Console
     from rich.table import Table
+
+    from ggufspec.commands.tables import table_console
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     table.add_column("pair", style="bold", no_wrap=True)
@@ -55,9 +56,7 @@ def run(args: argparse.Namespace) -> int:
             f"{p.speedup:.2f}x{mark}" if p.speedup is not None else "-",
             end_section=True,
         )
-    console = Console(soft_wrap=False)
-    if not console.is_terminal:  # piped: do not fold references at 80 columns
-        console = Console(soft_wrap=False, width=max(console.width, widest + 70))
+    console = table_console(soft_wrap=False, fit=[table])
     console.print(table)
     from ggufspec.models.standin import STANDINS
 

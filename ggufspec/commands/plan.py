@@ -187,15 +187,13 @@ def _to_json(plan: Any, system: Any, verdict: Any, measured: dict[str, Any], tar
 
 def _print(plan: Any, target: Any, draft: Any, system: Any, verdict: Any, measured: dict[str, Any]) -> None:
     from rich import box
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from ggufspec.commands.tables import table_console
     from ggufspec.hardware import format_bytes as fb
 
-    console = Console(highlight=False)
-    if not console.is_terminal:  # piped: do not wrap at 80 columns
-        console = Console(highlight=False, width=max(console.width, 120))
+    console = table_console(highlight=False, least=120)  # (its tables come later: 120 columns piped)
 
     def describe(info: Any) -> str:
         return f"{info.path.name} ({info.architecture}, {info.file_type}, {info.n_layer} layers)"

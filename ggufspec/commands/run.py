@@ -257,11 +257,11 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
     if s.stop_reason == "context":  # --json says so in stats.stop_reason
         sys.stderr.write(f"note: stopped after {s.generated_tokens} tokens: the prompt and the reply filled the "
                          f"context of {pair.target_ctx.n_ctx} tokens; raise --ctx for a longer reply\n")
-    from rich.console import Console
     from rich.table import Table
 
-    err = Console(stderr=True, highlight=False)
-    table = Table(title=f"target {pair.target_path.name}  drafts {pair.draft_names()}", title_justify="left")
+    from ggufspec.commands.tables import table_console
+
+    table = Table()
     table.add_column("metric")
     first = " (first run)" if comparison is not None and len(comparison.speedups) > 1 else ""
     table.add_column("speculative" + first, justify="right")
@@ -289,6 +289,9 @@ def _report(args, pair, gen, baseline, sampling, comparison=None) -> None:
         rows.append(("its alpha K c v share", f"{bound.alpha:.2f} {bound.k:.1f} {bound.c:.2f} {v} {bound.share:.0%}", ""))
     for name, a, b in rows:
         table.add_row(name, a, *([b] if baseline is not None else []))
+    err = table_console(stderr=True, highlight=False, fit=[table])
+    # (on a line of its own: a table's title wraps at the table's width, and file names are long)
+    err.print(f"target {pair.target_path.name}  drafts {pair.draft_names()}", markup=False, soft_wrap=True)
     err.print(table)
     if comparison is not None:
         from ggufspec.compare import report_lines
